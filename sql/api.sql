@@ -1,0 +1,86 @@
+-- SQL surface of pgbus_stream: streams, broadcast, capture, and their errors.
+CREATE EXTENSION pgbus_stream;
+SELECT extversion FROM pg_extension WHERE extname = 'pgbus_stream';
+
+-- create_stream makes a built-in queue with PGMQ's layout (no PGMQ here)
+SELECT name, queue_name, queue_schema, queue_table, archive_table, kind, public
+  FROM pgbus_stream.create_stream('chat');
+SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+ WHERE attrelid = 'pgbus_stream.q_pgbus_chat'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'pgbus_stream.q_pgbus_chat'::regclass ORDER BY tgname;
+
+-- broadcast writes the pgbus envelope and returns the msg_id
+SELECT pgbus_stream.broadcast('chat', '<p>hi</p>') AS first_id;
+SELECT pgbus_stream.broadcast('chat', 'x', 'custom:event', 'admins') AS second_id;
+SELECT msg_id, message FROM pgbus_stream.q_pgbus_chat ORDER BY msg_id;
+
+-- a rolled-back broadcast leaves no row; a rolled-back savepoint neither
+BEGIN;
+SELECT pgbus_stream.broadcast('chat', 'rolled back') > 0 AS wrote;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s1;
+SELECT pgbus_stream.broadcast('chat', 'in savepoint') > 0 AS wrote;
+ROLLBACK TO SAVEPOINT s1;
+SELECT pgbus_stream.broadcast('chat', 'kept') > 0 AS wrote;
+COMMIT;
+SELECT message->>'html' AS html FROM pgbus_stream.q_pgbus_chat ORDER BY msg_id;
+
+-- errors: each leaves everything else untouched
+SELECT pgbus_stream.create_stream('chat');
+SELECT pgbus_stream.create_stream('');
+SELECT pgbus_stream.create_stream('bad name');
+SELECT pgbus_stream.create_stream('semi;colon');
+SELECT pgbus_stream.broadcast('nope', 'x');
+SELECT pgbus_stream.broadcast('chat', NULL);
+SELECT pgbus_stream.broadcast('chat', 'x', E'bad\nevent');
+SELECT pgbus_stream.broadcast('chat', 'x', 'has space');
+SELECT pgbus_stream.broadcast('chat', 'x', '');
+SELECT pgbus_stream.attach('no_such_queue');
+SELECT pgbus_stream.detach('nope');
+SELECT count(*) AS streams FROM pgbus_stream.streams;
+
+-- name limits: 41 characters (47 for PGMQ minus the "pgbus_" prefix) work, 42 do not
+SELECT name FROM pgbus_stream.create_stream(repeat('a', 41));
+SELECT pgbus_stream.create_stream(repeat('b', 42));
+SELECT count(*) FROM pg_tables WHERE tablename LIKE 'q_pgbus_bbb%';
+
+-- attach: an existing PGMQ-layout table, mixed-case queue name
+CREATE TABLE pgbus_stream."q_pgbus_MixedCase" (
+  msg_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  read_ct int NOT NULL DEFAULT 0,
+  enqueued_at timestamptz NOT NULL DEFAULT now(),
+  vt timestamptz NOT NULL DEFAULT now(),
+  message jsonb);
+SELECT name, queue_name, kind, archive_table FROM pgbus_stream.attach('pgbus_MixedCase');
+SELECT pgbus_stream.attach('pgbus_MixedCase');
+INSERT INTO pgbus_stream."q_pgbus_MixedCase"(message) VALUES ('{"html":"plain insert"}');
+COPY pgbus_stream."q_pgbus_MixedCase"(message) FROM stdin;
+{"html":"copied"}
+\.
+SELECT pgbus_stream.broadcast('MixedCase', 'via broadcast') > 0 AS ok;
+SELECT message->>'html' FROM pgbus_stream."q_pgbus_MixedCase" ORDER BY msg_id;
+
+-- a table that is not a queue is refused
+CREATE TABLE not_a_queue(id int);
+SELECT pgbus_stream._hook('x', 'x', 'public', 'not_a_queue', NULL, 'builtin', true, NULL);
+
+-- PREPARE TRANSACTION with stream writes is refused (prepared commits happen elsewhere)
+BEGIN;
+SELECT pgbus_stream.broadcast('chat', 'prepared') > 0 AS wrote;
+PREPARE TRANSACTION 'p1';
+
+-- the capture trigger refuses to be misused
+SELECT pgbus_stream._capture();
+
+-- detach keeps the queue, drop_stream removes it
+SELECT pgbus_stream.detach('MixedCase');
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'pgbus_stream."q_pgbus_MixedCase"'::regclass;
+SELECT pgbus_stream.drop_stream('chat');
+SELECT to_regclass('pgbus_stream.q_pgbus_chat') IS NULL AS queue_gone,
+       to_regclass('pgbus_stream.a_pgbus_chat') IS NULL AS archive_gone;
+SELECT name FROM pgbus_stream.streams ORDER BY id;
+
+-- a re-created stream gets a new id (its epoch)
+SELECT (pgbus_stream.create_stream('chat')).id > 1 AS new_epoch;
+DROP EXTENSION pgbus_stream CASCADE;

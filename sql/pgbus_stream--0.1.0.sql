@@ -1,0 +1,261 @@
+-- pgbus_stream: committed PGMQ inserts served as Server-Sent Events.
+\echo Use "CREATE EXTENSION pgbus_stream" to load this file. \quit
+
+-- Catalog of streams. A stream's id is also its epoch: a dropped and
+-- re-created stream gets a new id, which cursor tokens carry.
+CREATE TABLE @extschema@.streams (
+  id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  name          text NOT NULL UNIQUE,
+  queue_name    text NOT NULL,
+  queue_schema  text NOT NULL,
+  queue_table   text NOT NULL,
+  archive_table text,
+  kind          text NOT NULL CHECK (kind IN ('pgmq', 'builtin')),
+  public        boolean NOT NULL DEFAULT true,
+  retention     interval,
+  retention_max bigint CHECK (retention_max > 0),
+  created_at    timestamptz NOT NULL DEFAULT now(),
+  UNIQUE (queue_schema, queue_table)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.streams', '');
+
+-- Durable subscriber cursors, flushed by the workers in batches.
+CREATE TABLE @extschema@.subscribers (
+  id          text NOT NULL,
+  stream      text NOT NULL,
+  cursor      text NOT NULL,
+  updated_at  timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (id, stream)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.subscribers', '');
+
+REVOKE ALL ON @extschema@.streams, @extschema@.subscribers FROM PUBLIC;
+
+CREATE FUNCTION @extschema@._capture() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;
+
+CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint) FROM PUBLIC;
+
+-- _check_stream_name raises a clear error unless name can name a stream
+-- (it ends up in URLs and cursor tokens).
+CREATE FUNCTION @extschema@._check_stream_name(name text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF name IS NULL OR name = '' THEN
+    RAISE EXCEPTION 'pgbus_stream: stream name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF name !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid stream name "%"', name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use letters, digits, "_", "-" and "." (not first).';
+  END IF;
+  IF length(name) > 128 THEN
+    RAISE EXCEPTION 'pgbus_stream: stream name "%" is longer than 128 characters', name
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+END $$;
+
+-- _hook installs the capture triggers on a queue table and records the stream.
+CREATE FUNCTION @extschema@._hook(p_name text, p_queue text, p_schema text, p_table text,
+                                  p_archive text, p_kind text, p_public boolean,
+                                  p_retention interval)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams;
+  rel regclass := to_regclass(format('%I.%I', p_schema, p_table));
+BEGIN
+  IF rel IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: queue table %.% does not exist', p_schema, p_table
+      USING ERRCODE = 'undefined_table';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'msg_id' AND NOT attisdropped
+                 AND atttypid = 'bigint'::regtype)
+     OR NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'message' AND NOT attisdropped
+                    AND atttypid = 'jsonb'::regtype) THEN
+    RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ queue table (needs msg_id bigint and message jsonb)', rel
+      USING ERRCODE = 'wrong_object_type';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE name = p_name) THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" already exists', p_name USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = p_schema AND queue_table = p_table) THEN
+    RAISE EXCEPTION 'pgbus_stream: queue % is already attached', rel USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF p_archive IS NOT NULL AND to_regclass(format('%I.%I', p_schema, p_archive)) IS NULL THEN
+    p_archive := NULL;
+  END IF;
+  INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public, retention)
+  VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention)
+  RETURNING * INTO s;
+  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %s FOR EACH STATEMENT '
+                 'EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
+  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %s REFERENCING NEW TABLE AS pgbus_new '
+                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
+  PERFORM @extschema@._catalog_changed(s.id);
+  RETURN s;
+END $$;
+
+-- create_stream makes a queue for a stream (a PGMQ queue when PGMQ is
+-- installed, else a built-in table with PGMQ's layout) and hooks it.
+CREATE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT true,
+                                          retention interval DEFAULT NULL)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
+  queue text;
+  maxlen int;
+BEGIN
+  PERFORM @extschema@._check_stream_name(name);
+  maxlen := 47 - length(prefix);  -- PGMQ's limit on queue names
+  IF length(name) > maxlen THEN
+    RAISE EXCEPTION 'pgbus_stream: stream name "%" is too long (% characters, at most % with queue prefix "%")',
+      name, length(name), maxlen, prefix USING ERRCODE = 'name_too_long';
+  END IF;
+  IF name !~ '^[A-Za-z0-9_]+$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid stream name "%" for a new queue', name
+      USING ERRCODE = 'invalid_parameter_value', HINT = 'Use letters, digits and "_"; attach() takes any queue.';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams s WHERE s.name = create_stream.name) THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" already exists', name USING ERRCODE = 'duplicate_object';
+  END IF;
+  queue := prefix || name;
+  IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq') THEN
+    EXECUTE 'SELECT pgmq.create($1)' USING queue;
+    RETURN @extschema@._hook(name, queue, 'pgmq', 'q_' || queue, 'a_' || queue, 'pgmq', public, retention);
+  END IF;
+  IF to_regclass(format('@extschema@.%I', 'q_' || queue)) IS NOT NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: queue table @extschema@.% already exists', 'q_' || queue
+      USING ERRCODE = 'duplicate_table', HINT = 'Use attach() to hook an existing queue.';
+  END IF;
+  EXECUTE format('CREATE TABLE @extschema@.%I (
+      msg_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      read_ct integer NOT NULL DEFAULT 0,
+      enqueued_at timestamptz NOT NULL DEFAULT now(),
+      last_read_at timestamptz,
+      vt timestamptz NOT NULL DEFAULT clock_timestamp(),
+      message jsonb,
+      headers jsonb)', 'q_' || queue);
+  EXECUTE format('CREATE TABLE @extschema@.%I (
+      msg_id bigint PRIMARY KEY,
+      read_ct integer NOT NULL DEFAULT 0,
+      enqueued_at timestamptz NOT NULL DEFAULT now(),
+      last_read_at timestamptz,
+      archived_at timestamptz NOT NULL DEFAULT now(),
+      vt timestamptz NOT NULL,
+      message jsonb,
+      headers jsonb)', 'a_' || queue);
+  RETURN @extschema@._hook(name, queue, '@extschema@', 'q_' || queue, 'a_' || queue, 'builtin', public, retention);
+END $$;
+
+-- attach hooks an existing PGMQ queue (e.g. pgbus_chat made by the pgbus gem);
+-- the stream is named after the queue without pgbus_stream.queue_prefix.
+CREATE FUNCTION @extschema@.attach(queue_name text, stream_name text DEFAULT NULL,
+                                   public boolean DEFAULT true)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
+  sname text := stream_name;
+  qschema text;
+BEGIN
+  IF queue_name IS NULL OR queue_name = '' THEN
+    RAISE EXCEPTION 'pgbus_stream: queue name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF sname IS NULL THEN
+    sname := CASE WHEN prefix <> '' AND starts_with(queue_name, prefix) AND length(queue_name) > length(prefix)
+                  THEN substr(queue_name, length(prefix) + 1) ELSE queue_name END;
+  END IF;
+  PERFORM @extschema@._check_stream_name(sname);
+  IF to_regclass(format('pgmq.%I', 'q_' || queue_name)) IS NOT NULL THEN
+    qschema := 'pgmq';
+  ELSIF to_regclass(format('@extschema@.%I', 'q_' || queue_name)) IS NOT NULL THEN
+    qschema := '@extschema@';
+  ELSE
+    RAISE EXCEPTION 'pgbus_stream: queue "%" not found (no table pgmq.q_% or @extschema@.q_%)',
+      queue_name, queue_name, queue_name USING ERRCODE = 'undefined_table';
+  END IF;
+  RETURN @extschema@._hook(sname, queue_name, qschema, 'q_' || queue_name, 'a_' || queue_name,
+                           CASE WHEN qschema = 'pgmq' THEN 'pgmq' ELSE 'builtin' END, public, NULL);
+END $$;
+
+CREATE FUNCTION @extschema@._stream(p_name text) RETURNS @extschema@.streams
+LANGUAGE plpgsql STABLE AS $$
+DECLARE s @extschema@.streams;
+BEGIN
+  SELECT * INTO s FROM @extschema@.streams WHERE name = p_name;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', p_name USING ERRCODE = 'undefined_object';
+  END IF;
+  RETURN s;
+END $$;
+
+-- detach removes the capture hook and forgets the stream; the queue stays.
+CREATE FUNCTION @extschema@.detach(name text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+        rel regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
+BEGIN
+  IF rel IS NOT NULL THEN
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %s', rel);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
+  END IF;
+  DELETE FROM @extschema@.streams WHERE id = s.id;
+  DELETE FROM @extschema@.subscribers WHERE stream = s.name;
+  PERFORM @extschema@._catalog_changed(NULL);
+END $$;
+
+-- drop_stream detaches a stream and drops its queue and archive.
+CREATE FUNCTION @extschema@.drop_stream(name text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+BEGIN
+  PERFORM @extschema@.detach(name);
+  IF s.kind = 'pgmq' AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq') THEN
+    EXECUTE 'SELECT pgmq.drop_queue($1)' USING s.queue_name;
+  ELSE
+    EXECUTE format('DROP TABLE IF EXISTS %I.%I', s.queue_schema, s.queue_table);
+    IF s.archive_table IS NOT NULL THEN
+      EXECUTE format('DROP TABLE IF EXISTS %I.%I', s.queue_schema, s.archive_table);
+    END IF;
+  END IF;
+END $$;
+
+-- broadcast writes the pgbus envelope into the stream's queue inside the
+-- caller's transaction and returns its msg_id; subscribers get it at commit.
+CREATE FUNCTION @extschema@.broadcast(stream text, data text, event text DEFAULT NULL,
+                                      visible_to text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams := @extschema@._stream(stream);
+  id bigint;
+BEGIN
+  IF data IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  IF event IS NOT NULL AND event !~ '^[!-~]{1,64}$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid event name %', quote_literal(event)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
+  END IF;
+  EXECUTE format('INSERT INTO %I.%I (vt, message) VALUES (clock_timestamp(), $1) RETURNING msg_id',
+                 s.queue_schema, s.queue_table)
+    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to))
+    INTO id;
+  RETURN id;
+END $$;
+
+-- _read builds the worker's query for a stream's rows: queue and archive,
+-- envelope fields extracted (any other JSON is sent as its text).
+CREATE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT format($q$SELECT msg_id,
+      CASE WHEN jsonb_typeof(message) = 'object' AND message ? 'html' THEN message->>'html'
+           ELSE message::text END,
+      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
+      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
+      (extract(epoch FROM enqueued_at) * 1000000)::bigint
+    FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
+    s.queue_schema, s.queue_table,
+    CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL
+         THEN format('UNION ALL SELECT msg_id, message, enqueued_at FROM %I.%I', s.queue_schema, s.archive_table)
+         ELSE '' END)
+$$;

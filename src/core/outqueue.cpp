@@ -1,0 +1,137 @@
+// A connection's bounded outbound queue (DESIGN §4).
+//
+// bytes() counts whole data frames until their last byte is copied out, so a
+// partially written frame still counts: its memory is held until then. A
+// partially written frame is never evicted (the client would receive half an
+// event glued to the next one).
+#include "core/outqueue.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pgbs {
+
+bool parse_overflow_policy(const std::string &s, OverflowPolicy *out) {
+  if (s == "drop_oldest")
+    *out = OverflowPolicy::DropOldest;
+  else if (s == "drop_newest")
+    *out = OverflowPolicy::DropNewest;
+  else if (s == "disconnect")
+    *out = OverflowPolicy::Disconnect;
+  else
+    return false;
+  return true;
+}
+
+OutQueue::OutQueue(size_t max_events, size_t max_bytes, OverflowPolicy policy)
+    : max_events_(max_events), max_bytes_(max_bytes), policy_(policy) {}
+
+void OutQueue::set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy) {
+  // Frames already queued stay; the new bounds apply from the next push.
+  max_events_ = max_events;
+  max_bytes_ = max_bytes;
+  policy_ = policy;
+}
+
+namespace {
+// True when `events` frames of `bytes` plus one more frame of `size` stay within bounds.
+bool within(size_t events, size_t bytes, size_t size, size_t max_events, size_t max_bytes) {
+  return events < max_events && size <= max_bytes && bytes <= max_bytes - size;
+}
+} // namespace
+
+OutQueue::PushResult OutQueue::push(OutFrame f) {
+  if (f.control) {
+    frames_.push_back(std::move(f));
+    return PushResult::Queued;
+  }
+  const size_t size = f.size();
+  if (!within(events_, bytes_, size, max_events_, max_bytes_)) {
+    switch (policy_) {
+    case OverflowPolicy::Disconnect:
+      return PushResult::MustDisconnect;
+    case OverflowPolicy::DropNewest:
+      ++dropped_;
+      return PushResult::DroppedNewest;
+    case OverflowPolicy::DropOldest:
+      if (!evict_oldest_for(size)) {
+        ++dropped_;
+        return PushResult::DroppedNewest;
+      }
+      events_++;
+      bytes_ += size;
+      frames_.push_back(std::move(f));
+      return PushResult::DroppedOldest;
+    }
+  }
+  events_++;
+  bytes_ += size;
+  frames_.push_back(std::move(f));
+  return PushResult::Queued;
+}
+
+// Evicts the oldest evictable data frames until a frame of `size` fits. Evicts
+// nothing and returns false when even an emptied queue could not take it.
+bool OutQueue::evict_oldest_for(size_t size) {
+  size_t first = 0;
+  size_t pinned_events = 0, pinned_bytes = 0;
+  if (head_offset_ > 0) {
+    first = 1;
+    if (!frames_.front().control) {
+      pinned_events = 1;
+      pinned_bytes = frames_.front().size();
+    }
+  }
+  if (!within(pinned_events, pinned_bytes, size, max_events_, max_bytes_))
+    return false;
+  size_t i = first;
+  while (!within(events_, bytes_, size, max_events_, max_bytes_)) {
+    // Cannot run off the end: the check above shows the evictable frames suffice.
+    if (frames_[i].control) {
+      ++i;
+      continue;
+    }
+    events_--;
+    bytes_ -= frames_[i].size();
+    ++dropped_;
+    frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return true;
+}
+
+size_t OutQueue::read_into(char *buf, size_t cap) {
+  size_t n = 0;
+  while (n < cap && !frames_.empty()) {
+    const OutFrame &f = frames_.front();
+    size_t off = head_offset_;
+    if (off < f.head.size()) {
+      const size_t k = std::min(f.head.size() - off, cap - n);
+      std::memcpy(buf + n, f.head.data() + off, k);
+      n += k;
+      off += k;
+    }
+    if (f.body && off >= f.head.size()) {
+      const size_t body_off = off - f.head.size();
+      const size_t k = std::min(f.body->size() - body_off, cap - n);
+      if (k) {
+        std::memcpy(buf + n, f.body->data() + body_off, k);
+        n += k;
+        off += k;
+      }
+    }
+    if (off < f.size()) {
+      head_offset_ = off;
+      break;
+    }
+    if (!f.control) {
+      events_--;
+      bytes_ -= f.size();
+    }
+    ++written_;
+    head_offset_ = 0;
+    frames_.pop_front();
+  }
+  return n;
+}
+
+} // namespace pgbs

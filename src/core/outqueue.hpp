@@ -1,0 +1,67 @@
+// A connection's bounded outbound queue and its overflow policy (DESIGN §4).
+// Pure C++, no PostgreSQL.
+#pragma once
+#include "core/no_postgres.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+namespace pgbs {
+
+enum class OverflowPolicy { DropOldest, DropNewest, Disconnect };
+
+// Parses "drop_oldest" | "drop_newest" | "disconnect".
+bool parse_overflow_policy(const std::string &s, OverflowPolicy *out);
+
+// One queued SSE event: a small per-connection head (usually "id: ...\n")
+// followed by a body shared by every connection that receives the event
+// ("event: ...\ndata: ...\n\n"), so the payload is stored once per stream.
+struct OutFrame {
+  std::string head;
+  std::shared_ptr<const std::string> body;
+  bool control = false; // connected/gap/shutdown frames: never dropped, not counted
+  size_t size() const { return head.size() + (body ? body->size() : 0); }
+};
+
+class OutQueue {
+public:
+  OutQueue(size_t max_events, size_t max_bytes, OverflowPolicy policy);
+
+  enum class PushResult { Queued, DroppedOldest, DroppedNewest, MustDisconnect };
+
+  // Appends a frame, applying the policy when the bound would be exceeded.
+  // DropOldest evicts queued (not partially written) data frames until the new
+  // one fits (when even that cannot make room, it discards the new one and
+  // returns DroppedNewest); DropNewest discards the new one; Disconnect leaves
+  // the queue untouched and tells the caller to close the connection. A frame
+  // larger than max_bytes on its own is treated as overflow. Control frames are
+  // always queued and not counted against the bound. dropped() counts frames
+  // discarded by either drop policy.
+  PushResult push(OutFrame f);
+
+  // Copies up to `cap` bytes of queued frames into `buf`, consuming them;
+  // remembers a partial frame's offset. Returns bytes copied (0 when empty).
+  size_t read_into(char *buf, size_t cap);
+
+  bool empty() const { return frames_.empty(); }
+  size_t events() const { return events_; }   // data frames queued
+  size_t bytes() const { return bytes_; }     // data bytes queued (whole frames, until fully read)
+  uint64_t dropped() const { return dropped_; }
+  uint64_t frames_written() const { return written_; } // frames fully copied out
+  void set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy);
+
+private:
+  bool evict_oldest_for(size_t size);
+
+  std::deque<OutFrame> frames_;
+  size_t head_offset_ = 0; // bytes of frames_.front() already copied
+  size_t events_ = 0, bytes_ = 0;
+  size_t max_events_, max_bytes_;
+  OverflowPolicy policy_;
+  uint64_t dropped_ = 0, written_ = 0;
+};
+
+} // namespace pgbs

@@ -1,0 +1,155 @@
+// SSE frame encoding (pgbus wire format, DESIGN §5).
+//
+// Every data line is written as "data: <line>\n", an empty line included
+// ("data: \n"): one prefix for all lines keeps the loop branch-free, and a
+// conforming EventSource strips the single space after the colon either way.
+#include "core/sse.hpp"
+
+#include <charconv>
+#include <cstring>
+
+namespace pgbs::sse {
+namespace {
+
+bool is_line_break_or_nul(char c) { return c == '\n' || c == '\r' || c == '\0'; }
+
+bool has_line_break_or_nul(std::string_view s) {
+  for (char c : s)
+    if (is_line_break_or_nul(c))
+      return true;
+  return false;
+}
+
+// Appends "<prefix><value>\n" unless value is empty; CR/LF/NUL in value are
+// dropped so that a field can never end the frame early.
+void append_field(std::string &out, std::string_view prefix, std::string_view value) {
+  if (value.empty())
+    return;
+  if (!has_line_break_or_nul(value)) {
+    out.append(prefix);
+    out.append(value);
+    out.push_back('\n');
+    return;
+  }
+  std::string clean;
+  clean.reserve(value.size());
+  for (char c : value)
+    if (!is_line_break_or_nul(c))
+      clean.push_back(c);
+  if (clean.empty())
+    return; // an empty "id: " would reset the browser's lastEventId
+  out.append(prefix);
+  out.append(clean);
+  out.push_back('\n');
+}
+
+// True when the '\n' at data[i] completes a CRLF (NULs in between are ignored,
+// since they are dropped from the output).
+bool lf_follows_cr(std::string_view data, size_t i) {
+  while (i > 0 && data[i - 1] == '\0')
+    --i;
+  return i > 0 && data[i - 1] == '\r';
+}
+
+void append_data_lines(std::string &out, std::string_view data) {
+  static constexpr std::string_view kData = "data: ";
+  out.append(kData);
+  const char *p = data.data();
+  size_t start = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const char c = p[i];
+    if (static_cast<unsigned char>(c) > '\r' || !is_line_break_or_nul(c))
+      continue;
+    out.append(p + start, i - start);
+    start = i + 1;
+    if (c == '\0' || (c == '\n' && lf_follows_cr(data, i)))
+      continue;
+    out.push_back('\n');
+    out.append(kData);
+  }
+  out.append(p + start, data.size() - start);
+  out.push_back('\n');
+}
+
+} // namespace
+
+void append_event(std::string &out, std::string_view id, std::string_view event,
+                  std::string_view data) {
+  out.reserve(out.size() + id.size() + event.size() + data.size() + 32);
+  append_field(out, "id: ", id);
+  append_field(out, "event: ", event);
+  append_data_lines(out, data);
+  out.push_back('\n');
+}
+
+void append_comment(std::string &out, std::string_view text) {
+  out.reserve(out.size() + text.size() + 4);
+  out.append(": ");
+  for (char c : text)
+    out.push_back(is_line_break_or_nul(c) ? ' ' : c);
+  out.append("\n\n");
+}
+
+void append_retry(std::string &out, long ms) {
+  // The field is ignored by browsers unless it is all digits.
+  if (ms < 0)
+    ms = 0;
+  char buf[24];
+  auto res = std::to_chars(buf, buf + sizeof buf, ms);
+  out.append("retry: ");
+  out.append(buf, static_cast<size_t>(res.ptr - buf));
+  out.append("\n\n");
+}
+
+bool valid_event_name(std::string_view name) {
+  if (name.empty() || name.size() > 64)
+    return false;
+  for (char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= ' ' || c >= 0x7f) // controls, space, DEL and non-ASCII
+      return false;
+  }
+  return true;
+}
+
+std::string json_escape(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+    case '"':
+      out.append("\\\"");
+      break;
+    case '\\':
+      out.append("\\\\");
+      break;
+    case '\b':
+      out.append("\\b");
+      break;
+    case '\f':
+      out.append("\\f");
+      break;
+    case '\n':
+      out.append("\\n");
+      break;
+    case '\r':
+      out.append("\\r");
+      break;
+    case '\t':
+      out.append("\\t");
+      break;
+    default:
+      if (c < 0x20) {
+        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xf]};
+        out.append(esc, sizeof esc);
+      } else {
+        out.push_back(ch);
+      }
+    }
+  }
+  return out;
+}
+
+} // namespace pgbs::sse

@@ -1,0 +1,115 @@
+// The embedded HTTP/SSE listener (libmicrohttpd in external-epoll mode).
+// Never calls PostgreSQL: the worker's main thread drives it (run()) from its
+// WaitEventSet and takes decisions (open/reject) on pending requests between
+// two run() calls. No threads are created here.
+#pragma once
+#include "core/no_postgres.hpp"
+#include "core/outqueue.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pgbs::http {
+
+struct Config {
+  std::string listen_addresses = "127.0.0.1"; // comma-separated; "*" = all IPv4+IPv6
+  int port = 8080;
+  bool reuse_port = true;          // SO_REUSEPORT so several workers share the port
+  int max_connections = 10000;     // SSE connections of this worker; beyond: 503 + Retry-After
+  int heartbeat_interval_s = 15;   // ": heartbeat <epoch>" comment to live SSE connections
+  int idle_timeout_s = 0;          // 0 = off; heartbeats do not count as activity
+  int request_timeout_s = 10;      // slowloris: a request must be complete within this
+  int retry_ms = 2000;             // "retry:" sent in the preamble
+  std::string cors_origins;        // comma-separated list, "*" for any; empty = no CORS headers
+  size_t queue_max_events = 1000;
+  size_t queue_max_bytes = 1 << 20;
+  OverflowPolicy overflow_policy = OverflowPolicy::DropOldest;
+};
+
+// An SSE request waiting for the worker's decision. Its connection is
+// suspended until open() or reject() is called for conn_id.
+struct Request {
+  uint64_t conn_id = 0;
+  std::vector<std::string> streams; // from /streams/{name} or ?stream=a&stream=b (URL-decoded)
+  bool has_last_event_id = false;   // Last-Event-ID header present and not blank
+  std::string last_event_id;
+  bool has_since = false;           // ?since= or ?last_event_id= present and not blank
+  std::string since;
+  std::string replay;               // ?replay= ("" if absent)
+  std::string subscriber;           // ?subscriber=
+  std::string token;                // ?token= or Authorization: Bearer
+  std::string signed_name;          // from /pgbus/streams/{signed-name}
+  std::string remote_addr;          // "ip:port"
+  std::string origin;               // Origin header
+};
+
+struct ConnectionInfo {
+  uint64_t conn_id;
+  std::string remote_addr;
+  int64_t connected_at_us;
+  size_t queued_events, queued_bytes;
+  uint64_t delivered, dropped;
+};
+
+class Server {
+public:
+  Server();
+  ~Server();
+  Server(const Server &) = delete;
+  Server &operator=(const Server &) = delete;
+
+  // Binds and starts listening. Returns false with *err set on failure.
+  bool start(const Config &cfg, std::string *err);
+  // Applies tunables (heartbeat, idle timeout, queue bounds, cors, max_connections) without dropping connections.
+  void reconfigure(const Config &cfg);
+
+  // The epoll fd to wait on (readable when run() has work), or -1.
+  int poll_fd() const;
+  // Milliseconds until run() must be called again even without I/O (-1 = no deadline).
+  long timeout_ms() const;
+  // Accepts, reads, writes, sends heartbeats and enforces timeouts.
+  void run();
+
+  // SSE requests that arrived since the last call; each is suspended until decided.
+  std::vector<Request> take_pending();
+  // SSE connections closed since the last call: (conn_id, reason).
+  std::vector<std::pair<uint64_t, std::string>> take_closed();
+
+  // Answers a pending request with an error status and a text/plain reason.
+  void reject(uint64_t conn_id, int status, const std::string &reason);
+  // Answers a pending request with 200 text/event-stream; `preamble` is the
+  // first bytes of the stream (retry, open comment, pgbus:connected).
+  void open(uint64_t conn_id, std::string preamble);
+  // Queues a frame on an open connection (applies the overflow policy; on
+  // overflow the client gets a pgbus:gap-detected control event, on
+  // Disconnect the connection is closed). Unknown ids are ignored.
+  OverflowPolicy policy() const;
+  OutQueue::PushResult push(uint64_t conn_id, OutFrame frame);
+  // Closes one connection (reason is reported through take_closed()).
+  void close(uint64_t conn_id, const std::string &reason);
+
+  // Optional handlers for plain GET routes answered synchronously
+  // (e.g. "/healthz", "/metrics", "/"); they must not throw or call PostgreSQL.
+  using Handler = std::function<int(std::string *body, std::string *content_type)>;
+  void set_handler(const std::string &path, Handler h);
+
+  // Clean stop: queues an "event: pgbus:shutdown" frame to every SSE
+  // connection, flushes for up to `drain_ms`, then closes everything.
+  void shutdown(int drain_ms);
+
+  size_t connection_count() const;
+  // Data events queued on one open connection (0 for unknown ids); the
+  // worker pages replays by it.
+  size_t queued_events(uint64_t conn_id) const;
+  std::vector<ConnectionInfo> connections() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace pgbs::http

@@ -1,0 +1,124 @@
+// SpiTx: transactions and SPI queries for the worker (see spi.hpp).
+#include "pg/spi.hpp"
+#include "pg/guard.hpp"
+
+#include <stdexcept>
+
+extern "C" {
+#include "postgres.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+}
+
+namespace pgbs::pg {
+
+SpiTx::SpiTx() {
+  call([] {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT)
+      elog(ERROR, "pgbus_stream: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+  });
+  open_ = true;
+}
+
+SpiTx::~SpiTx() {
+  if (!open_)
+    return;
+  // Abort without letting an error escape a destructor.
+  MemoryContext oldcxt = CurrentMemoryContext;
+  PG_TRY();
+  {
+    AbortCurrentTransaction();
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(oldcxt);
+    FlushErrorState();
+  }
+  PG_END_TRY();
+}
+
+void SpiTx::commit() {
+  open_ = false;
+  try {
+    call([] {
+      SPI_finish();
+      PopActiveSnapshot();
+      CommitTransactionCommand();
+    });
+  } catch (...) {
+    open_ = true; // let the destructor abort
+    throw;
+  }
+}
+
+Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool read_only) {
+  // Arguments are converted to Datums first (PostgreSQL side), then the query
+  // runs, and the text of each cell is collected in palloc'd memory; the C++
+  // copy happens after the guarded region.
+  int nargs = (int)args.size();
+  Oid types[8];
+  Datum values[8];
+  char nulls[8];
+  if (nargs > 8)
+    throw std::runtime_error("too many SPI arguments");
+  struct Raw {
+    char **cells;
+    uint64 nrows;
+    int ncols;
+  } raw{nullptr, 0, 0};
+  const char *sqltext = sql.c_str();
+  const std::vector<Arg> *argp = &args;
+  call([&] {
+    for (int i = 0; i < nargs; i++) {
+      const Arg &a = (*argp)[i];
+      nulls[i] = ' ';
+      if (a.kind == Arg::Int8) {
+        types[i] = INT8OID;
+        values[i] = Int64GetDatum(a.i);
+      } else if (a.kind == Arg::Text) {
+        types[i] = TEXTOID;
+        values[i] = PointerGetDatum(cstring_to_text_with_len(a.text.data(), (int)a.text.size()));
+      } else {
+        types[i] = INT8ARRAYOID;
+        Datum *elems = (Datum *)palloc(sizeof(Datum) * (a.ids.size() + 1));
+        for (size_t k = 0; k < a.ids.size(); k++)
+          elems[k] = Int64GetDatum(a.ids[k]);
+        values[i] = PointerGetDatum(
+            construct_array(elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+      }
+    }
+    int rc = SPI_execute_with_args(sqltext, nargs, types, values, nulls, read_only, 0);
+    if (rc < 0)
+      elog(ERROR, "pgbus_stream: SPI query failed (%s)", SPI_result_code_string(rc));
+    if (SPI_tuptable == nullptr)
+      return;
+    raw.nrows = SPI_processed;
+    raw.ncols = SPI_tuptable->tupdesc->natts;
+    raw.cells = (char **)palloc0(sizeof(char *) * (raw.nrows * raw.ncols + 1));
+    for (uint64 r = 0; r < raw.nrows; r++)
+      for (int c = 0; c < raw.ncols; c++)
+        raw.cells[r * raw.ncols + c] = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
+  });
+  Table t;
+  t.ncols = raw.ncols;
+  t.cells.reserve(raw.nrows * raw.ncols);
+  for (uint64 i = 0; i < raw.nrows * (uint64)raw.ncols; i++) {
+    if (raw.cells[i])
+      t.cells.emplace_back(std::string(raw.cells[i]));
+    else
+      t.cells.emplace_back(std::nullopt);
+  }
+  return t;
+}
+
+void warn(const std::string &msg) { ereport(WARNING, (errmsg("pgbus_stream: %s", msg.c_str()))); }
+void log(const std::string &msg) { ereport(LOG, (errmsg("pgbus_stream: %s", msg.c_str()))); }
+
+} // namespace pgbs::pg

@@ -1,0 +1,49 @@
+// A transaction with SPI, for the worker's catalog and table reads. Results
+// are copied out as text into plain C++ objects, so nothing returned here
+// points into PostgreSQL memory. Errors arrive as pg::Error; the destructor
+// aborts a transaction that was not committed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pgbs::pg {
+
+struct Table {
+  int ncols = 0;
+  std::vector<std::optional<std::string>> cells; // row-major
+  size_t rows() const { return ncols ? cells.size() / (size_t)ncols : 0; }
+  const std::optional<std::string> &at(size_t row, int col) const { return cells[row * ncols + col]; }
+};
+
+// One query argument: a bigint, a bigint[] or a text.
+struct Arg {
+  enum Kind { Int8, Int8Array, Text } kind;
+  int64_t i = 0;
+  std::vector<int64_t> ids;
+  std::string text;
+  static Arg int8(int64_t v) { Arg a{Int8}; a.i = v; return a; }
+  static Arg int8_array(std::vector<int64_t> v) { Arg a{Int8Array}; a.ids = std::move(v); return a; }
+  static Arg txt(std::string v) { Arg a{Text}; a.text = std::move(v); return a; }
+};
+
+class SpiTx {
+public:
+  SpiTx();  // StartTransactionCommand + SPI_connect + snapshot
+  ~SpiTx(); // aborts unless commit() ran
+  SpiTx(const SpiTx &) = delete;
+  SpiTx &operator=(const SpiTx &) = delete;
+  Table query(const std::string &sql, const std::vector<Arg> &args = {}, bool read_only = true);
+  void commit();
+
+private:
+  bool open_ = false;
+};
+
+// Logs at WARNING without throwing (safe anywhere on the main thread).
+void warn(const std::string &msg);
+void log(const std::string &msg);
+
+} // namespace pgbs::pg

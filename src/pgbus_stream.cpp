@@ -1,0 +1,144 @@
+// Module entry: refuses to load outside shared_preload_libraries, registers
+// the GUCs, requests shared memory and registers the background workers.
+#include "pgbus_stream.hpp"
+#include "capture/capture.hpp"
+#include "shmem/shared.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+void _PG_init(void);
+}
+
+namespace pgbs::guc {
+int port = 8080;
+char *listen_addresses = nullptr;
+char *database = nullptr;
+int workers = 1;
+int max_connections = 10000;
+int heartbeat_interval = 15;
+int idle_timeout = 0;
+int ring_size_kb = 8192;
+int max_streams = 1024;
+int inline_payload_max = 8192;
+int max_pending_events = 100000;
+int queue_max_events = 1000;
+int queue_max_bytes = 1048576;
+int overflow_policy = 0;
+char *cors_origins = nullptr;
+char *queue_prefix = nullptr;
+int replay_page_size = 500;
+int shutdown_drain_ms = 1000;
+} // namespace pgbs::guc
+
+static shmem_request_hook_type prev_shmem_request_hook = nullptr;
+static shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
+
+static void request_shmem() {
+  if (prev_shmem_request_hook)
+    prev_shmem_request_hook();
+  pgbs::shmem::shmem_request();
+}
+
+static void startup_shmem() {
+  if (prev_shmem_startup_hook)
+    prev_shmem_startup_hook();
+  pgbs::shmem::shmem_startup();
+}
+
+static const struct config_enum_entry overflow_options[] = {
+    {"drop_oldest", 0, false}, {"drop_newest", 1, false}, {"disconnect", 2, false}, {nullptr, 0, false}};
+
+static void define_gucs() {
+  using namespace pgbs::guc;
+  DefineCustomIntVariable("pgbus_stream.port", "TCP port of the SSE listener (0 = no listener).", nullptr, &port, 8080, 0,
+                          65535, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.listen_addresses",
+                             "Comma-separated addresses the SSE listener binds ('*' for all).", nullptr,
+                             &listen_addresses, "127.0.0.1", PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.database", "Database whose streams the workers serve.", nullptr,
+                             &database, "postgres", PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.workers", "Number of worker processes sharing the listener port.",
+                          nullptr, &workers, 1, 1, pgbs::shmem::kMaxWorkers, PGC_POSTMASTER, 0, nullptr,
+                          nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.max_connections",
+                          "Maximum SSE connections, shared among the workers.", nullptr, &max_connections,
+                          10000, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.heartbeat_interval", "Seconds between heartbeat comments.", nullptr,
+                          &heartbeat_interval, 15, 1, 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
+                          nullptr);
+  DefineCustomIntVariable("pgbus_stream.idle_timeout",
+                          "Close connections that received only heartbeats for this long (0 = never).",
+                          nullptr, &idle_timeout, 0, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
+                          nullptr);
+  DefineCustomIntVariable("pgbus_stream.ring_size", "Size of the shared commit-event ring.", nullptr,
+                          &ring_size_kb, 8192, 16, 1024 * 1024, PGC_POSTMASTER, GUC_UNIT_KB, nullptr,
+                          nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.max_streams", "Streams that shared memory can track.", nullptr,
+                          &max_streams, 1024, 16, 1000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.inline_payload_max",
+                          "Largest payload carried through shared memory instead of re-read from the table.",
+                          nullptr, &inline_payload_max, 8192, 0, 1024 * 1024, PGC_SIGHUP, GUC_UNIT_BYTE,
+                          nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.max_pending_events",
+                          "Events one transaction keeps in local memory before falling back to a table "
+                          "catch-up by the workers.",
+                          nullptr, &max_pending_events, 100000, 16, 100000000, PGC_SUSET, 0, nullptr,
+                          nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.queue_max_events", "Events queued per connection.", nullptr,
+                          &queue_max_events, 1000, 1, 10000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.queue_max_bytes", "Bytes queued per connection.", nullptr,
+                          &queue_max_bytes, 1048576, 1024, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE, nullptr,
+                          nullptr, nullptr);
+  DefineCustomEnumVariable("pgbus_stream.overflow_policy", "What happens when a connection's queue is full.",
+                           nullptr, &overflow_policy, 0, overflow_options, PGC_SIGHUP, 0, nullptr, nullptr,
+                           nullptr);
+  DefineCustomStringVariable("pgbus_stream.cors_origins",
+                             "Origins allowed to read streams from a browser ('*' for any).", nullptr,
+                             &cors_origins, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.queue_prefix", "Prefix of queue names made by create_stream().",
+                             nullptr, &queue_prefix, "pgbus_", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.replay_page_size", "Rows read per replay query.", nullptr,
+                          &replay_page_size, 500, 10, 100000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.shutdown_drain", "How long a clean stop flushes queued events.",
+                          nullptr, &shutdown_drain_ms, 1000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+                          nullptr, nullptr);
+  MarkGUCPrefixReserved("pgbus_stream");
+}
+
+static void register_workers() {
+  for (int i = 0; i < pgbs::guc::workers; i++) {
+    BackgroundWorker worker;
+    memset(&worker, 0, sizeof(worker));
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    worker.bgw_restart_time = 1;
+    strlcpy(worker.bgw_library_name, "pgbus_stream", BGW_MAXLEN);
+    strlcpy(worker.bgw_function_name, "pgbus_stream_worker_main", BGW_MAXLEN);
+    snprintf(worker.bgw_name, BGW_MAXLEN, "pgbus_stream worker %d", i);
+    strlcpy(worker.bgw_type, "pgbus_stream worker", BGW_MAXLEN);
+    worker.bgw_main_arg = Int32GetDatum(i);
+    RegisterBackgroundWorker(&worker);
+  }
+}
+
+void _PG_init(void) {
+  if (!process_shared_preload_libraries_in_progress)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("pgbus_stream must be loaded via shared_preload_libraries"),
+                    errhint("Add pgbus_stream to shared_preload_libraries in postgresql.conf and restart "
+                            "the server.")));
+  define_gucs();
+  prev_shmem_request_hook = shmem_request_hook;
+  shmem_request_hook = request_shmem;
+  prev_shmem_startup_hook = shmem_startup_hook;
+  shmem_startup_hook = startup_shmem;
+  pgbs::capture::install_callbacks();
+  register_workers();
+}

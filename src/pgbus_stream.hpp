@@ -1,0 +1,24 @@
+// Module-wide settings (GUC variables) shared by every layer that runs inside
+// PostgreSQL. Defined and registered in pgbus_stream.cpp.
+#pragma once
+
+namespace pgbs::guc {
+extern int port;
+extern char *listen_addresses;
+extern char *database;
+extern int workers;
+extern int max_connections;
+extern int heartbeat_interval;
+extern int idle_timeout;
+extern int ring_size_kb;
+extern int max_streams;
+extern int inline_payload_max;
+extern int max_pending_events;
+extern int queue_max_events;
+extern int queue_max_bytes;
+extern int overflow_policy; // pgbs::OverflowPolicy as int
+extern char *cors_origins;
+extern char *queue_prefix;
+extern int replay_page_size;
+extern int shutdown_drain_ms;
+} // namespace pgbs::guc

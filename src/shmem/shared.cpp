@@ -1,0 +1,142 @@
+// Shared memory layout and the stream-entry table.
+#include "shmem/shared.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "access/twophase.h"
+}
+
+#include "pgbus_stream.hpp"
+
+namespace pgbs::shmem {
+
+static Shared *g_shared = nullptr;
+
+static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
+
+static Size ring_bytes() { return (Size)guc::ring_size_kb * 1024; }
+
+Size shmem_size() {
+  Size sz = MAXALIGN(sizeof(Shared));
+  sz = add_size(sz, MAXALIGN(mul_size(guc::max_streams, sizeof(StreamEntry))));
+  sz = add_size(sz, MAXALIGN(mul_size(slot_count(), sizeof(BackendSlot))));
+  sz = add_size(sz, ring_bytes());
+  return sz;
+}
+
+void shmem_request() {
+  RequestAddinShmemSpace(shmem_size());
+  RequestNamedLWLockTranche("pgbus_stream", 2);
+}
+
+void shmem_startup() {
+  bool found;
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  g_shared = (Shared *)ShmemInitStruct("pgbus_stream", shmem_size(), &found);
+  char *p = (char *)g_shared + MAXALIGN(sizeof(Shared));
+  Shared *s = g_shared;
+  if (!found) {
+    memset(s, 0, sizeof(Shared));
+    LWLockPadded *locks = GetNamedLWLockTranche("pgbus_stream");
+    s->ring_lock = &locks[0].lock;
+    s->streams_lock = &locks[1].lock;
+    s->ring_capacity = ring_bytes();
+    s->max_streams = guc::max_streams;
+    s->nslots = slot_count();
+    pg_atomic_init_u64(&s->ring_head, 0);
+    pg_atomic_init_u64(&s->overrun_seq, 0);
+    pg_atomic_init_u64(&s->catalog_version, 1);
+    pg_atomic_init_u64(&s->ring_overflows, 0);
+    for (int i = 0; i < kMaxWorkers; i++) {
+      pg_atomic_init_u32(&s->worker_pid[i], 0);
+      WorkerStats *ws = &s->worker_stats[i];
+      pg_atomic_init_u64(&ws->connections, 0);
+      pg_atomic_init_u64(&ws->delivered, 0);
+      pg_atomic_init_u64(&ws->dropped, 0);
+      pg_atomic_init_u64(&ws->overruns, 0);
+      pg_atomic_init_u64(&ws->events_read, 0);
+      pg_atomic_init_u64(&ws->bytes_sent, 0);
+    }
+  }
+  s->streams = (StreamEntry *)p;
+  p += MAXALIGN(mul_size(s->max_streams, sizeof(StreamEntry)));
+  s->slots = (BackendSlot *)p;
+  p += MAXALIGN(mul_size(s->nslots, sizeof(BackendSlot)));
+  s->ring = p;
+  if (!found) {
+    for (int i = 0; i < s->max_streams; i++) {
+      s->streams[i].dboid = InvalidOid;
+      s->streams[i].stream_id = 0;
+      pg_atomic_init_u64(&s->streams[i].max_committed, 0);
+      pg_atomic_init_u64(&s->streams[i].events, 0);
+    }
+    for (int i = 0; i < s->nslots; i++) {
+      s->slots[i].dboid = InvalidOid;
+      pg_atomic_init_u32(&s->slots[i].gen, 0);
+      pg_atomic_init_u32(&s->slots[i].count, 0);
+      pg_atomic_init_u32(&s->slots[i].wildcard, 0);
+    }
+  }
+  LWLockRelease(AddinShmemInitLock);
+}
+
+Shared *shared() { return g_shared; }
+
+static uint32 stream_hash(Oid dboid, int64 id) {
+  uint64 h = ((uint64)dboid * 0x9E3779B97F4A7C15ULL) ^ ((uint64)id * 0xC2B2AE3D27D4EB4FULL);
+  return (uint32)(h ^ (h >> 29));
+}
+
+static StreamEntry *probe(Oid dboid, int64 stream_id, StreamEntry **free_out) {
+  Shared *s = g_shared;
+  uint32 n = (uint32)s->max_streams;
+  uint32 start = stream_hash(dboid, stream_id) % n;
+  for (uint32 k = 0; k < n; k++) {
+    StreamEntry *e = &s->streams[(start + k) % n];
+    if (e->stream_id == 0) {
+      if (free_out)
+        *free_out = e;
+      return nullptr; // entries are never freed, so an empty one ends the chain
+    }
+    if (e->stream_id == stream_id && e->dboid == dboid)
+      return e;
+  }
+  if (free_out)
+    *free_out = nullptr;
+  return nullptr;
+}
+
+StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create) {
+  Shared *s = g_shared;
+  LWLockAcquire(s->streams_lock, LW_SHARED);
+  StreamEntry *e = probe(dboid, stream_id, nullptr);
+  LWLockRelease(s->streams_lock);
+  if (e || !create)
+    return e;
+  StreamEntry *slot = nullptr;
+  LWLockAcquire(s->streams_lock, LW_EXCLUSIVE);
+  e = probe(dboid, stream_id, &slot);
+  if (!e && slot) {
+    slot->dboid = dboid;
+    pg_atomic_write_u64(&slot->max_committed, 0);
+    pg_atomic_write_u64(&slot->events, 0);
+    pg_write_barrier();
+    slot->stream_id = stream_id;
+    e = slot;
+  }
+  LWLockRelease(s->streams_lock);
+  return e;
+}
+
+void advance_max_committed(StreamEntry *e, int64 id) {
+  uint64 cur = pg_atomic_read_u64(&e->max_committed);
+  while ((int64)cur < id) {
+    if (pg_atomic_compare_exchange_u64(&e->max_committed, &cur, (uint64)id))
+      break;
+  }
+}
+
+} // namespace pgbs::shmem

@@ -1,0 +1,97 @@
+// Shared memory: the commit-ordered event ring, the per-stream committed
+// maximum, the producers' in-flight slots (for the horizon, DESIGN §3.1), the
+// workers' latches and the stats area. Sized from GUCs and requested in
+// shmem_request_hook.
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+}
+
+namespace pgbs::shmem {
+
+constexpr int kMaxWorkers = 32;
+constexpr int kSlotStreams = 32; // streams one transaction can write before it freezes all horizons
+
+// One stream known to shared memory, keyed by (database, catalog id). The
+// catalog id doubles as the stream's epoch: a re-created stream gets a new id.
+struct StreamEntry {
+  Oid dboid;
+  int64 stream_id;                // 0 = free
+  pg_atomic_uint64 max_committed; // highest msg_id whose commit reached the ring
+  pg_atomic_uint64 events;        // committed events seen at commit (stats)
+};
+
+// A producer backend's in-flight registration: per stream, a floor below
+// every msg_id the open transaction may insert.
+struct SlotEntry {
+  int64 stream_id;
+  int64 floor;
+};
+struct BackendSlot {
+  Oid dboid;
+  pg_atomic_uint32 gen;   // bumped when the entries are cleared (seqlock for readers)
+  pg_atomic_uint32 count; // entries published; 0 = no transaction in flight
+  pg_atomic_uint32 wildcard; // more streams than entries: holds every horizon of dboid at 0
+  SlotEntry entries[kSlotStreams];
+};
+
+// Per-worker figures written by the worker only (read by stats()).
+struct WorkerStats {
+  pg_atomic_uint64 connections;
+  pg_atomic_uint64 delivered;
+  pg_atomic_uint64 dropped;
+  pg_atomic_uint64 overruns;     // times the worker had to catch up from tables
+  pg_atomic_uint64 events_read;  // ring records consumed
+  pg_atomic_uint64 bytes_sent;
+};
+
+struct Shared {
+  LWLock *ring_lock;    // appending to / copying from the ring
+  LWLock *streams_lock; // creating StreamEntry rows
+  uint64 ring_capacity;
+  pg_atomic_uint64 ring_head;     // total bytes ever appended (monotonic)
+  pg_atomic_uint64 overrun_seq;   // bumped when a transaction's events were not put in the ring
+  pg_atomic_uint64 catalog_version;
+  pg_atomic_uint64 ring_overflows; // producers that fell back to overrun (stats)
+  int max_streams;
+  int nslots;
+  Latch *worker_latch[kMaxWorkers];
+  pg_atomic_uint32 worker_pid[kMaxWorkers];
+  WorkerStats worker_stats[kMaxWorkers];
+  StreamEntry *streams; // max_streams entries, open addressing
+  BackendSlot *slots;   // one per PGPROC
+  char *ring;
+};
+
+// One record in the ring. `len` is the whole record, 8-byte aligned.
+// kind Row: a row committed into a stream's queue table (payload in the table).
+// kind Inline: payload follows: data, event, visible_to (lengths below).
+enum class RecordKind : uint32 { Row = 1, Inline = 2, Catalog = 3 };
+struct RecordHeader {
+  uint32 len;
+  RecordKind kind;
+  Oid dboid;
+  uint32 data_len;
+  int64 stream_id;
+  int64 msg_id;
+  int64 commit_us; // GetCurrentTimestamp() at commit, for latency figures
+  uint32 event_len;
+  uint32 visible_len;
+};
+
+Size shmem_size();
+void shmem_request();
+void shmem_startup();
+Shared *shared();
+
+// Finds or creates the entry for (dboid, stream_id); nullptr when full.
+StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create);
+
+// Raises entry->max_committed to at least id.
+void advance_max_committed(StreamEntry *e, int64 id);
+
+} // namespace pgbs::shmem

@@ -1,0 +1,475 @@
+// Hub: ring events -> SSE frames, horizons, replays and catch-up.
+#include "worker/hub.hpp"
+#include "core/sse.hpp"
+#include "pg/spi.hpp"
+#include "pgbus_stream.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <unordered_set>
+
+namespace pgbs::worker {
+
+namespace {
+
+const char *kDefaultEvent = "turbo-stream";
+
+std::string hex_id(uint64_t id) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%016" PRIx64, id);
+  return buf;
+}
+
+int64_t to_i64(const std::optional<std::string> &s) { return s ? std::stoll(*s) : 0; }
+
+std::string control_event(const std::string &event, const std::string &json) {
+  std::string out;
+  sse::append_event(out, "", event, json);
+  return out;
+}
+
+} // namespace
+
+Hub::Hub(http::Server &server, uint32_t dboid) : server_(server), dboid_(dboid), reader_(dboid) {
+  reader_.start();
+}
+
+bool Hub::load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<int64_t, int64_t>> *maxima) {
+  pg::SpiTx tx;
+  pg::Table ext = tx.query("SELECT 1 FROM pg_extension WHERE extname = 'pgbus_stream'");
+  if (ext.rows() == 0) {
+    tx.commit();
+    return false;
+  }
+  // The committed maximum of each queue (and archive) seeds the horizon.
+  pg::Table t = tx.query(
+      "SELECT s.id, s.name, s.public, pgbus_stream._rows_sql(s), "
+      "       format('SELECT greatest((SELECT max(msg_id) FROM %I.%I), %s)', s.queue_schema, s.queue_table, "
+      "              CASE WHEN s.archive_table IS NOT NULL AND "
+      "                        to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL "
+      "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, s.archive_table) "
+      "                   ELSE '0' END) "
+      "FROM pgbus_stream.streams s "
+      "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL ORDER BY s.id");
+  for (size_t r = 0; r < t.rows(); r++) {
+    StreamInfo si;
+    si.id = to_i64(t.at(r, 0));
+    si.name = t.at(r, 1).value_or("");
+    si.is_public = t.at(r, 2).value_or("t") == "t";
+    si.rows_sql = t.at(r, 3).value_or("");
+    pg::Table m = tx.query(t.at(r, 4).value_or("SELECT 0"));
+    maxima->emplace_back(si.id, m.rows() ? to_i64(m.at(0, 0)) : 0);
+    out->push_back(std::move(si));
+  }
+  tx.commit();
+  return true;
+}
+
+void Hub::reload_catalog() {
+  catalog_version_ = reader_.catalog_version();
+  std::vector<StreamInfo> infos;
+  std::vector<std::pair<int64_t, int64_t>> maxima;
+  load_catalog_rows(&infos, &maxima);
+  for (auto &[id, max] : maxima)
+    raise_max_committed(dboid_, id, max);
+  std::unordered_set<int64_t> present;
+  for (auto &si : infos) {
+    present.insert(si.id);
+    auto it = streams_.find(si.id);
+    if (it != streams_.end()) {
+      it->second->info = si;
+      continue;
+    }
+    auto st = std::make_unique<StreamState>();
+    st->pos.epoch = si.id;
+    for (auto &[id, max] : maxima)
+      if (id == si.id)
+        st->pos.advance(max);
+    st->info = std::move(si);
+    st->token.clear();
+    st->pos.encode(st->token);
+    by_name_[st->info.name] = st->info.id;
+    streams_[st->info.id] = std::move(st);
+  }
+  std::vector<int64_t> gone;
+  for (auto &[id, st] : streams_)
+    if (!present.count(id))
+      gone.push_back(id);
+  for (int64_t id : gone)
+    drop_stream_state(id, "stream dropped");
+}
+
+void Hub::drop_stream_state(int64_t id, const char *reason) {
+  auto it = streams_.find(id);
+  if (it == streams_.end())
+    return;
+  for (uint64_t cid : std::vector<uint64_t>(it->second->conns)) {
+    server_.close(cid, reason);
+    closed(cid);
+  }
+  auto bn = by_name_.find(it->second->info.name);
+  if (bn != by_name_.end() && bn->second == id)
+    by_name_.erase(bn);
+  streams_.erase(it);
+}
+
+Hub::StreamState *Hub::find_by_name(const std::string &name) {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end())
+    return nullptr;
+  auto st = streams_.find(it->second);
+  return st == streams_.end() ? nullptr : st->second.get();
+}
+
+std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where, const std::vector<int64_t> *ids,
+                                int64_t after, int64_t limit) {
+  std::vector<Row> rows;
+  pg::SpiTx tx;
+  std::vector<pg::Arg> args;
+  if (ids)
+    args.push_back(pg::Arg::int8_array(*ids));
+  else {
+    args.push_back(pg::Arg::int8(after));
+    args.push_back(pg::Arg::int8(limit));
+  }
+  pg::Table t = tx.query(si.rows_sql + " " + where, args);
+  tx.commit();
+  rows.reserve(t.rows());
+  for (size_t r = 0; r < t.rows(); r++) {
+    Row row;
+    row.msg_id = to_i64(t.at(r, 0));
+    row.data = t.at(r, 1).value_or("");
+    row.event = t.at(r, 2);
+    row.visible_to = t.at(r, 3);
+    row.enqueued_us = to_i64(t.at(r, 4));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::shared_ptr<const std::string> Hub::encode_body(const Row &row) {
+  auto body = std::make_shared<std::string>();
+  body->reserve(row.data.size() + 48);
+  sse::append_event(*body, "", row.event && !row.event->empty() ? *row.event : kDefaultEvent, row.data);
+  return body;
+}
+
+std::string Hub::conn_token(const Conn &c) const {
+  if (!c.multi) {
+    const Sub &s = c.subs[0];
+    if (s.synced)
+      return s.st->token;
+    std::string out;
+    s.pos.encode(out);
+    return out;
+  }
+  std::string out;
+  for (const Sub &s : c.subs) {
+    if (!out.empty())
+      out += ',';
+    out += s.st->info.name;
+    out += ':';
+    (s.synced ? s.st->pos : s.pos).encode(out);
+  }
+  return out;
+}
+
+void Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body) {
+  if (!sub.synced) {
+    if (sub.replaying && row.msg_id > sub.page_after)
+      return; // the paged replay will read it
+    if (sub.pos.covers(row.msg_id))
+      return;
+    sub.pos.add(row.msg_id);
+  }
+  // Messages for an audience reach nobody until audiences exist (fail closed).
+  if (row.visible_to && !row.visible_to->empty())
+    return;
+  OutFrame f;
+  f.head = "id: " + conn_token(c) + "\n";
+  f.body = body;
+  auto res = server_.push(c.id, std::move(f));
+  if (res == OutQueue::PushResult::Queued)
+    counters_.delivered++;
+  else
+    counters_.dropped++;
+}
+
+void Hub::dispatch(StreamState &st, const Row &row) {
+  if (st.pos.covers(row.msg_id))
+    return; // already delivered (catch-up and ring can both carry a row)
+  st.pos.add(row.msg_id);
+  st.token.clear();
+  st.pos.encode(st.token);
+  counters_.events++;
+  if (st.conns.empty())
+    return;
+  auto body = encode_body(row);
+  for (uint64_t cid : st.conns) {
+    auto it = conns_.find(cid);
+    if (it == conns_.end())
+      continue;
+    for (Sub &sub : it->second.subs)
+      if (sub.st == &st)
+        deliver_to(it->second, sub, row, body);
+  }
+}
+
+void Hub::advance_horizons(const HorizonBounds &b) {
+  if (b.frozen)
+    return;
+  for (auto &[id, st] : streams_) {
+    auto m = b.max_committed.find(id);
+    if (m == b.max_committed.end())
+      continue;
+    int64_t h = m->second;
+    auto f = b.min_floor.find(id);
+    if (f != b.min_floor.end())
+      h = std::min(h, f->second);
+    if (h <= st->pos.horizon)
+      continue;
+    st->pos.advance(h);
+    st->token.clear();
+    st->pos.encode(st->token);
+    for (uint64_t cid : st->conns) {
+      auto it = conns_.find(cid);
+      if (it == conns_.end())
+        continue;
+      for (Sub &sub : it->second.subs) {
+        if (sub.st != st.get() || sub.synced || sub.replaying)
+          continue;
+        sub.pos.advance(h);
+        if (sub.pos == st->pos)
+          sub.synced = true;
+      }
+    }
+  }
+}
+
+void Hub::catch_up_all() {
+  counters_.overruns++;
+  const int64_t page = guc::replay_page_size;
+  for (auto &[id, st] : streams_) {
+    int64_t after = st->pos.horizon;
+    for (;;) {
+      std::vector<Row> rows = read_rows(st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, after, page);
+      for (const Row &r : rows)
+        dispatch(*st, r);
+      if ((int64_t)rows.size() < page)
+        break;
+      after = rows.back().msg_id;
+    }
+  }
+}
+
+void Hub::cycle() {
+  if (reader_.catalog_version() != catalog_version_)
+    reload_catalog();
+  std::vector<int64_t> ids;
+  ids.reserve(streams_.size());
+  for (auto &[id, st] : streams_)
+    ids.push_back(id);
+  HorizonBounds bounds;
+  read_horizon_bounds(dboid_, ids, &bounds);
+  std::vector<RingEvent> events;
+  bool complete = reader_.drain(&events);
+  if (!events.empty()) {
+    // A stream created in the same transaction as its first rows may be newer than our catalog.
+    bool unknown = false;
+    for (const RingEvent &e : events)
+      if (!streams_.count(e.stream_id))
+        unknown = true;
+    if (unknown)
+      reload_catalog();
+    // Read the rows per stream in one query each, then dispatch in commit order.
+    std::map<int64_t, std::vector<int64_t>> wanted;
+    for (const RingEvent &e : events)
+      if (streams_.count(e.stream_id))
+        wanted[e.stream_id].push_back(e.msg_id);
+    std::map<std::pair<int64_t, int64_t>, Row> found;
+    for (auto &[sid, list] : wanted) {
+      for (Row &r : read_rows(streams_[sid]->info, "WHERE msg_id = ANY($1)", &list, 0, 0))
+        found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
+    }
+    for (const RingEvent &e : events) {
+      auto it = found.find({e.stream_id, e.msg_id});
+      if (it == found.end()) {
+        auto st = streams_.find(e.stream_id);
+        if (st != streams_.end())
+          st->second->pos.add(e.msg_id); // consumed before we read it: nothing to send
+        continue;
+      }
+      dispatch(*streams_[e.stream_id], it->second);
+    }
+  }
+  if (!complete)
+    catch_up_all();
+  advance_horizons(bounds);
+}
+
+void Hub::subscribe(const http::Request &req) {
+  if (!req.signed_name.empty()) {
+    server_.reject(req.conn_id, 404, "signed stream names are not enabled on this server\n");
+    return;
+  }
+  if (req.streams.empty()) {
+    server_.reject(req.conn_id, 400, "no stream named\n");
+    return;
+  }
+  Conn c;
+  c.id = req.conn_id;
+  c.multi = req.streams.size() > 1;
+  for (const std::string &name : req.streams) {
+    StreamState *st = find_by_name(name);
+    if (st == nullptr) {
+      reload_catalog();
+      st = find_by_name(name);
+    }
+    if (st == nullptr) {
+      server_.reject(req.conn_id, 404, "unknown stream: " + name + "\n");
+      return;
+    }
+    for (const Sub &s : c.subs)
+      if (s.st == st) {
+        server_.reject(req.conn_id, 400, "stream named twice: " + name + "\n");
+        return;
+      }
+    Sub sub;
+    sub.st = st;
+    c.subs.push_back(sub);
+  }
+  // The cursor: Last-Event-ID wins over ?since / ?last_event_id.
+  const std::string *text = req.has_last_event_id ? &req.last_event_id : req.has_since ? &req.since : nullptr;
+  cursor::Cursor cur;
+  if (text) {
+    std::string err;
+    if (!cursor::parse(*text, &cur, &err)) {
+      server_.reject(req.conn_id, 400, "invalid cursor: " + err + "\n");
+      return;
+    }
+    if (c.multi && cur.streams.size() == 1 && cur.streams[0].first.empty()) {
+      server_.reject(req.conn_id, 400, "invalid cursor: several streams need a name:position cursor\n");
+      return;
+    }
+  }
+  int64_t replay_n = -1; // -1: none; INT64_MAX: all
+  if (!text && !req.replay.empty()) {
+    if (req.replay == "all")
+      replay_n = INT64_MAX;
+    else if (!cursor::parse_int64(req.replay, &replay_n)) {
+      server_.reject(req.conn_id, 400, "invalid replay: use all or a number\n");
+      return;
+    }
+  }
+  std::string gaps;
+  for (Sub &sub : c.subs) {
+    StreamState &st = *sub.st;
+    const cursor::StreamPosition *p = text ? cur.find(c.multi ? st.info.name : std::string()) : nullptr;
+    if (p) {
+      sub.pos = *p;
+      if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
+        // The stream was dropped and re-created: its ids restarted.
+        gaps += control_event("pgbus:gap-detected",
+                              "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                  "\",\"reason\":\"stream-recreated\"}");
+        sub.pos = cursor::StreamPosition();
+      }
+      sub.pos.epoch = st.info.id;
+    } else if (replay_n > 0) {
+      sub.pos = cursor::StreamPosition();
+      sub.pos.epoch = st.info.id;
+      if (replay_n != INT64_MAX) {
+        std::vector<Row> last = read_rows(st.info, "WHERE msg_id > $1 ORDER BY msg_id DESC LIMIT $2", nullptr, 0,
+                                          replay_n);
+        if (!last.empty())
+          sub.pos.advance(last.back().msg_id - 1);
+        else
+          sub.pos = st.pos;
+      }
+    } else {
+      sub.pos = st.pos; // from now on
+    }
+    sub.synced = sub.pos == st.pos;
+    sub.replaying = !sub.synced;
+    sub.page_after = sub.pos.horizon;
+  }
+  std::string names;
+  for (const Sub &s : c.subs)
+    names += (names.empty() ? "" : ",") + s.st->info.name;
+  std::string preamble;
+  sse::append_retry(preamble, 2000);
+  preamble.pop_back(); // one block: retry, comment and the connected event
+  preamble += ": pgbus stream open since_id=" + conn_token(c) + " stream=" + names + "\n";
+  sse::append_event(preamble, "", "pgbus:connected", "{\"connectionId\":\"" + hex_id(c.id) + "\"}");
+  preamble += gaps;
+  server_.open(c.id, std::move(preamble));
+  bool needs_replay = false;
+  for (Sub &s : c.subs) {
+    s.st->conns.push_back(c.id);
+    needs_replay |= s.replaying;
+  }
+  uint64_t cid = c.id;
+  conns_.emplace(cid, std::move(c));
+  if (needs_replay) {
+    replaying_.push_back(cid);
+    continue_replays();
+  }
+}
+
+bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
+  std::vector<Row> rows =
+      read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, sub.page_after, page);
+  for (const Row &r : rows) {
+    sub.page_after = r.msg_id;
+    if (sub.pos.covers(r.msg_id))
+      continue;
+    deliver_to(c, sub, r, encode_body(r));
+  }
+  if ((int64_t)rows.size() < page) {
+    // Caught up with everything visible: from here the live path feeds it.
+    sub.replaying = false;
+    sub.pos.advance(sub.st->pos.horizon);
+    sub.synced = sub.pos == sub.st->pos;
+    return true;
+  }
+  return false;
+}
+
+bool Hub::continue_replays() {
+  // Pages never larger than half a connection's queue, so a page always fits.
+  const size_t page = std::max<size_t>(1, std::min<size_t>(guc::replay_page_size, guc::queue_max_events / 2));
+  std::vector<uint64_t> still;
+  for (uint64_t cid : replaying_) {
+    auto it = conns_.find(cid);
+    if (it == conns_.end())
+      continue;
+    Conn &c = it->second;
+    bool pending = false;
+    for (Sub &sub : c.subs) {
+      if (!sub.replaying)
+        continue;
+      // Flow control: a page only when the connection's queue has room for it.
+      while (sub.replaying && server_.queued_events(cid) + page <= (size_t)guc::queue_max_events)
+        replay_page(c, sub, (int64_t)page);
+      pending |= sub.replaying;
+    }
+    if (pending)
+      still.push_back(cid);
+  }
+  replaying_.swap(still);
+  return !replaying_.empty();
+}
+
+void Hub::closed(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end())
+    return;
+  for (Sub &s : it->second.subs) {
+    auto &v = s.st->conns;
+    v.erase(std::remove(v.begin(), v.end(), conn_id), v.end());
+  }
+  conns_.erase(it);
+}
+
+} // namespace pgbs::worker

@@ -1,0 +1,98 @@
+// The worker's streams and connections: turns ring events into SSE frames,
+// keeps each stream's horizon, replays backlogs and catches up after ring
+// overruns (DESIGN §3.1, §4). Runs on the worker's main thread only.
+#pragma once
+#include "core/cursor.hpp"
+#include "core/outqueue.hpp"
+#include "http/server.hpp"
+#include "worker/ring_reader.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pgbs::worker {
+
+struct StreamInfo {
+  int64_t id = 0; // catalog id, also the stream's epoch
+  std::string name;
+  std::string rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
+  bool is_public = true;
+};
+
+struct Row {
+  int64_t msg_id = 0;
+  std::string data;
+  std::optional<std::string> event, visible_to;
+  int64_t enqueued_us = 0;
+};
+
+struct HubCounters {
+  uint64_t delivered = 0, dropped = 0, overruns = 0, events = 0;
+};
+
+class Hub {
+public:
+  Hub(http::Server &server, uint32_t dboid);
+
+  // Loads the stream catalog; call at start and when the catalog version moves.
+  void reload_catalog();
+  // One wake-up: horizon bounds, ring drain, dispatch, horizon advance.
+  void cycle();
+  // Decides a pending SSE request (404/400, or open + replay).
+  void subscribe(const http::Request &req);
+  // Forgets a closed connection.
+  void closed(uint64_t conn_id);
+  // Continues paged replays whose connection has room; true while some remain.
+  bool continue_replays();
+  const HubCounters &counters() const { return counters_; }
+
+private:
+  struct StreamState {
+    StreamInfo info;
+    cursor::StreamPosition pos; // horizon + ids delivered above it
+    std::string token;          // pos encoded, refreshed per event
+    std::vector<uint64_t> conns;
+  };
+  struct Sub {
+    StreamState *st;
+    cursor::StreamPosition pos; // own position while not synced with the stream
+    bool synced = false;        // pos == st->pos: use the stream's token
+    bool replaying = false;     // paged backlog in progress
+    int64_t page_after = 0;     // replay reads ids above this
+  };
+  struct Conn {
+    uint64_t id;
+    bool multi = false;
+    std::vector<Sub> subs;
+  };
+
+  bool load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<int64_t, int64_t>> *maxima);
+  StreamState *find_by_name(const std::string &name);
+  void dispatch(StreamState &st, const Row &row);
+  void deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body);
+  std::string conn_token(const Conn &c) const;
+  void advance_horizons(const HorizonBounds &b);
+  void catch_up_all();
+  bool replay_page(Conn &c, Sub &sub, int64_t page);
+  std::vector<Row> read_rows(const StreamInfo &si, const std::string &where,
+                             const std::vector<int64_t> *ids, int64_t after, int64_t limit);
+  void drop_stream_state(int64_t id, const char *reason);
+  static std::shared_ptr<const std::string> encode_body(const Row &row);
+
+  http::Server &server_;
+  uint32_t dboid_;
+  RingReader reader_;
+  uint64_t catalog_version_ = 0;
+  std::unordered_map<int64_t, std::unique_ptr<StreamState>> streams_;
+  std::unordered_map<std::string, int64_t> by_name_;
+  std::unordered_map<uint64_t, Conn> conns_;
+  std::vector<uint64_t> replaying_;
+  HubCounters counters_;
+};
+
+} // namespace pgbs::worker

@@ -1,0 +1,128 @@
+// RingReader: copies this worker's unread part of the commit ring under the
+// ring lock (shared mode) and parses it after releasing the lock.
+#include "worker/ring_reader.hpp"
+#include "shmem/shared.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "storage/lwlock.h"
+}
+
+namespace pgbs::worker {
+
+using shmem::RecordHeader;
+
+RingReader::RingReader(uint32_t dboid) : dboid_(dboid) {}
+
+void RingReader::start() {
+  shmem::Shared *s = shmem::shared();
+  LWLockAcquire(s->ring_lock, LW_SHARED);
+  pos_ = pg_atomic_read_u64(&s->ring_head);
+  LWLockRelease(s->ring_lock);
+  overrun_seq_ = pg_atomic_read_u64(&s->overrun_seq);
+}
+
+uint64_t RingReader::catalog_version() const {
+  return pg_atomic_read_u64(&shmem::shared()->catalog_version);
+}
+
+bool RingReader::drain(std::vector<RingEvent> *out) {
+  shmem::Shared *s = shmem::shared();
+  bool complete = true;
+  uint64 seq = pg_atomic_read_u64(&s->overrun_seq);
+  if (seq != overrun_seq_) {
+    overrun_seq_ = seq;
+    complete = false;
+  }
+  const uint64 cap = s->ring_capacity;
+  if (buf_.size() < cap)
+    buf_.resize(cap);
+  // Copy [pos_, head) in one go; the lock only covers the memcpy.
+  LWLockAcquire(s->ring_lock, LW_SHARED);
+  uint64 head = pg_atomic_read_u64(&s->ring_head);
+  uint64 len = 0;
+  if (head - pos_ > cap) {
+    complete = false; // lapped: those records are gone
+    pos_ = head;
+  } else {
+    len = head - pos_;
+    uint64 off = pos_ % cap;
+    uint64 first = Min(len, cap - off);
+    memcpy(buf_.data(), s->ring + off, first);
+    if (first < len)
+      memcpy(buf_.data() + first, s->ring, len - first);
+  }
+  LWLockRelease(s->ring_lock);
+  pos_ = head;
+  for (uint64 o = 0; o + sizeof(RecordHeader) <= len;) {
+    RecordHeader h;
+    memcpy(&h, buf_.data() + o, sizeof(h));
+    if (h.len < sizeof(RecordHeader) || o + h.len > len)
+      break; // cannot happen with a consistent ring; stop rather than misparse
+    o += h.len;
+    records_read_++;
+    if (h.dboid != dboid_ || h.kind != shmem::RecordKind::Row)
+      continue;
+    out->push_back(RingEvent{h.stream_id, h.msg_id, h.commit_us});
+  }
+  return complete;
+}
+
+void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids, HorizonBounds *out) {
+  shmem::Shared *s = shmem::shared();
+  out->max_committed.clear();
+  out->min_floor.clear();
+  out->frozen = false;
+  static std::unordered_map<int64_t, shmem::StreamEntry *> entries_cache; // entries never move
+  for (int64_t id : stream_ids) {
+    shmem::StreamEntry *&e = entries_cache[id];
+    if (e == nullptr)
+      e = shmem::stream_entry(dboid, id, true);
+    out->max_committed[id] = e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0;
+  }
+  pg_memory_barrier();
+  for (int i = 0; i < s->nslots; i++) {
+    shmem::BackendSlot *slot = &s->slots[i];
+    for (int attempt = 0;; attempt++) {
+      uint32 gen = pg_atomic_read_u32(&slot->gen);
+      pg_read_barrier();
+      uint32 n = pg_atomic_read_u32(&slot->count);
+      bool wildcard = pg_atomic_read_u32(&slot->wildcard) != 0;
+      if (n == 0 && !wildcard)
+        break;
+      pg_read_barrier();
+      Oid slot_db = slot->dboid;
+      shmem::SlotEntry entries[shmem::kSlotStreams];
+      if (n > (uint32)shmem::kSlotStreams)
+        n = shmem::kSlotStreams;
+      memcpy(entries, slot->entries, sizeof(shmem::SlotEntry) * n);
+      pg_read_barrier();
+      if (pg_atomic_read_u32(&slot->gen) != gen) {
+        if (attempt < 1000)
+          continue; // the producer moved on while we read: read again
+        out->frozen = true; // never settled: hold the horizons this round
+        break;
+      }
+      if (slot_db != dboid)
+        break;
+      if (wildcard)
+        out->frozen = true;
+      for (uint32 k = 0; k < n; k++) {
+        auto it = out->min_floor.find(entries[k].stream_id);
+        if (it == out->min_floor.end() || entries[k].floor < it->second)
+          out->min_floor[entries[k].stream_id] = entries[k].floor;
+      }
+      break;
+    }
+  }
+  pg_memory_barrier();
+}
+
+void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id) {
+  shmem::StreamEntry *e = shmem::stream_entry(dboid, stream_id, true);
+  if (e)
+    shmem::advance_max_committed(e, id);
+}
+
+} // namespace pgbs::worker
+

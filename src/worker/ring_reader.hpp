@@ -1,0 +1,53 @@
+// The worker's view of shared memory: its own read position in the commit
+// ring, the per-stream committed maxima and the producers' floors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pgbs::worker {
+
+struct RingEvent {
+  int64_t stream_id;
+  int64_t msg_id;
+  int64_t commit_us;
+};
+
+class RingReader {
+public:
+  explicit RingReader(uint32_t dboid);
+  // Starts reading at the current head (what came before is the tables' job).
+  void start();
+  // Appends the events committed since the last call (this database only).
+  // Returns false when events were lost (ring lapped, or a producer skipped
+  // the ring): the caller must catch up from the tables.
+  bool drain(std::vector<RingEvent> *out);
+  uint64_t catalog_version() const;
+  uint64_t records_read() const { return records_read_; }
+
+private:
+  uint32_t dboid_;
+  uint64_t pos_ = 0;
+  uint64_t overrun_seq_ = 0;
+  uint64_t records_read_ = 0;
+  std::vector<char> buf_;
+};
+
+// Snapshot of what bounds each stream's horizon: the committed maximum read
+// first, then the lowest floor any in-flight producer published.
+struct HorizonBounds {
+  std::unordered_map<int64_t, int64_t> max_committed; // stream_id -> M
+  std::unordered_map<int64_t, int64_t> min_floor;     // stream_id -> lowest floor
+  bool frozen = false;                                // a producer holds every horizon
+};
+
+// Reads M for the given streams (creating their shared entries), then the
+// producer slots. Call before drain() (DESIGN §3.1 ordering).
+void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids, HorizonBounds *out);
+
+// Raises the stream's shared committed maximum (used at load with the table's max).
+void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id);
+
+} // namespace pgbs::worker

@@ -1,0 +1,176 @@
+// The background worker: one event loop per process. libmicrohttpd runs
+// without threads in external-epoll mode; its epoll fd sits in the worker's
+// WaitEventSet next to the latch (set by committing producers) and postmaster
+// death, so every PostgreSQL call happens on this main thread.
+#include "http/server.hpp"
+#include "worker/hub.hpp"
+#include "pg/guard.hpp"
+#include "pg/spi.hpp"
+#include "pgbus_stream.hpp"
+#include "shmem/shared.hpp"
+
+#include <csignal>
+
+extern "C" {
+#include "postgres.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+
+PGDLLEXPORT void pgbus_stream_worker_main(Datum arg);
+}
+
+namespace pgbs::worker {
+namespace {
+
+volatile sig_atomic_t got_sigterm = 0;
+int worker_index = 0;
+
+void on_sigterm(SIGNAL_ARGS) {
+  int save_errno = errno;
+  got_sigterm = 1;
+  SetLatch(MyLatch);
+  errno = save_errno;
+}
+
+void detach_latch(int, Datum) {
+  shmem::Shared *s = shmem::shared();
+  s->worker_latch[worker_index] = nullptr;
+  pg_atomic_write_u32(&s->worker_pid[worker_index], 0);
+}
+
+http::Config http_config() {
+  http::Config c;
+  c.listen_addresses = guc::listen_addresses ? guc::listen_addresses : "127.0.0.1";
+  c.port = guc::port;
+  c.reuse_port = true;
+  c.max_connections = (guc::max_connections + guc::workers - 1) / guc::workers;
+  c.heartbeat_interval_s = guc::heartbeat_interval;
+  c.idle_timeout_s = guc::idle_timeout;
+  c.cors_origins = guc::cors_origins ? guc::cors_origins : "";
+  c.queue_max_events = (size_t)guc::queue_max_events;
+  c.queue_max_bytes = (size_t)guc::queue_max_bytes;
+  c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
+  return c;
+}
+
+void publish_stats(const Hub &hub, const http::Server &server) {
+  shmem::WorkerStats *ws = &shmem::shared()->worker_stats[worker_index];
+  const HubCounters &c = hub.counters();
+  pg_atomic_write_u64(&ws->connections, server.connection_count());
+  pg_atomic_write_u64(&ws->delivered, c.delivered);
+  pg_atomic_write_u64(&ws->dropped, c.dropped);
+  pg_atomic_write_u64(&ws->overruns, c.overruns);
+  pg_atomic_write_u64(&ws->events_read, c.events);
+}
+
+// Runs the loop until SIGTERM or a fatal setup error; returns the exit code.
+int run() {
+  http::Server server;
+  std::string err;
+  const bool listening = guc::port != 0; // port 0: no listener (SQL-only test instances)
+  if (listening && !server.start(http_config(), &err)) {
+    pg::warn("cannot listen on port " + std::to_string(guc::port) + ": " + err);
+    return 1;
+  }
+  Hub hub(server, MyDatabaseId);
+  hub.reload_catalog();
+
+  WaitEventSet *wes = nullptr;
+  int fd = listening ? server.poll_fd() : -1;
+  pg::call([&] {
+    wes = CreateWaitEventSet(TopMemoryContext, 3);
+    AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    if (listening)
+      AddWaitEventToSet(wes, WL_SOCKET_READABLE, fd, nullptr, nullptr);
+  });
+  pg::log("worker " + std::to_string(worker_index) + " listening on port " + std::to_string(guc::port));
+
+  bool replays_pending = false;
+  while (!got_sigterm) {
+    long timeout = listening ? server.timeout_ms() : -1;
+    if (replays_pending && (timeout < 0 || timeout > 5))
+      timeout = 5; // paged replays wait for their connection's queue to drain
+    WaitEvent events[3];
+    pg::call([&] {
+      (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
+      ResetLatch(MyLatch);
+    });
+    if (got_sigterm)
+      break;
+    if (ConfigReloadPending) {
+      ConfigReloadPending = false;
+      pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
+      server.reconfigure(http_config());
+    }
+    try {
+      pg::call([] { CHECK_FOR_INTERRUPTS(); });
+      hub.cycle();
+      if (!listening)
+        continue;
+      server.run();
+      for (auto &[cid, reason] : server.take_closed())
+        hub.closed(cid);
+      std::vector<http::Request> pending = server.take_pending();
+      if (!pending.empty()) {
+        hub.cycle(); // bring every stream up to date before replays start
+        for (const http::Request &r : pending) {
+          try {
+            hub.subscribe(r);
+          } catch (const pg::Error &e) {
+            server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
+          }
+        }
+      }
+      replays_pending = hub.continue_replays();
+      server.run(); // write what this round queued without waiting for the next wake-up
+      publish_stats(hub, server);
+    } catch (const pg::Error &e) {
+      // A failed read (e.g. a queue table dropped under us) must not kill the worker.
+      pg::warn(std::string("worker error: ") + e.what());
+    }
+  }
+  pg::log("worker " + std::to_string(worker_index) + " shutting down");
+  if (listening)
+    server.shutdown(guc::shutdown_drain_ms);
+  return 1; // exit code 1: restarted unless the postmaster itself is stopping
+}
+
+} // namespace
+} // namespace pgbs::worker
+
+void pgbus_stream_worker_main(Datum arg) {
+  using namespace pgbs;
+  worker::worker_index = DatumGetInt32(arg);
+  pqsignal(SIGTERM, worker::on_sigterm);
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnection(guc::database, nullptr, 0);
+  shmem::Shared *s = shmem::shared();
+  s->worker_latch[worker::worker_index] = MyLatch;
+  pg_atomic_write_u32(&s->worker_pid[worker::worker_index], (uint32)MyProcPid);
+  before_shmem_exit(worker::detach_latch, 0);
+
+  char message[512];
+  message[0] = '\0';
+  int code = 1;
+  try {
+    code = worker::run();
+  } catch (const std::exception &e) {
+    strlcpy(message, e.what(), sizeof(message));
+  } catch (...) {
+    strlcpy(message, "unknown C++ exception", sizeof(message));
+  }
+  if (message[0] != '\0')
+    ereport(LOG, (errmsg("pgbus_stream: worker stopped: %s", message)));
+  proc_exit(code);
+}

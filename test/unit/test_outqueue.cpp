@@ -1,0 +1,330 @@
+// Unit tests for core/outqueue: the three overflow policies, bounds, control
+// frames and partial reads, plus a randomised run of the shared harness.
+#include "core/outqueue.hpp"
+#include "outqueue_harness.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+using pgbs::OutFrame;
+using pgbs::OutQueue;
+using pgbs::OverflowPolicy;
+using Result = OutQueue::PushResult;
+
+namespace {
+
+// A data frame of exactly `size` bytes: "id: <n>\n" head + shared body.
+OutFrame data_frame(int n, size_t size = 20) {
+  OutFrame f;
+  f.head = "id: " + std::to_string(n) + "\n";
+  std::string body = "data: ";
+  while (f.head.size() + body.size() + 2 < size)
+    body.push_back('x');
+  body += "\n\n";
+  f.body = std::make_shared<const std::string>(body);
+  return f;
+}
+
+OutFrame control_frame(const std::string &text) {
+  OutFrame f;
+  f.control = true;
+  f.head = ": " + text + "\n\n";
+  return f;
+}
+
+std::string drain(OutQueue &q, size_t chunk = 4096) {
+  std::string out;
+  std::vector<char> buf(chunk);
+  size_t n;
+  while ((n = q.read_into(buf.data(), buf.size())) > 0)
+    out.append(buf.data(), n);
+  return out;
+}
+
+// The ids of data frames and texts of control frames, in output order.
+std::vector<std::string> frames_of(const std::string &out) {
+  std::vector<std::string> names;
+  size_t start = 0, cut;
+  while ((cut = out.find("\n\n", start)) != std::string::npos) {
+    std::string frame = out.substr(start, cut - start);
+    if (frame.rfind("id: ", 0) == 0)
+      names.push_back(frame.substr(4, frame.find('\n') - 4));
+    else
+      names.push_back(frame.substr(2));
+    start = cut + 2;
+  }
+  EXPECT_EQ(start, out.size()) << "output ends inside a frame";
+  return names;
+}
+
+using Names = std::vector<std::string>;
+
+} // namespace
+
+TEST(OverflowPolicy, Parse) {
+  OverflowPolicy p = OverflowPolicy::Disconnect;
+  EXPECT_TRUE(pgbs::parse_overflow_policy("drop_oldest", &p));
+  EXPECT_EQ(p, OverflowPolicy::DropOldest);
+  EXPECT_TRUE(pgbs::parse_overflow_policy("drop_newest", &p));
+  EXPECT_EQ(p, OverflowPolicy::DropNewest);
+  EXPECT_TRUE(pgbs::parse_overflow_policy("disconnect", &p));
+  EXPECT_EQ(p, OverflowPolicy::Disconnect);
+  for (const char *bad : {"", "DROP_OLDEST", "drop-oldest", "drop_oldest ", "block"})
+    EXPECT_FALSE(pgbs::parse_overflow_policy(bad, &p)) << bad;
+  EXPECT_EQ(p, OverflowPolicy::Disconnect);
+}
+
+TEST(OutQueue, QueuesAndCounts) {
+  OutQueue q(10, 1000, OverflowPolicy::DropOldest);
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.push(data_frame(1, 20)), Result::Queued);
+  EXPECT_EQ(q.push(data_frame(2, 30)), Result::Queued);
+  EXPECT_FALSE(q.empty());
+  EXPECT_EQ(q.events(), 2u);
+  EXPECT_EQ(q.bytes(), 50u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"1", "2"}));
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.events(), 0u);
+  EXPECT_EQ(q.bytes(), 0u);
+  EXPECT_EQ(q.frames_written(), 2u);
+  EXPECT_EQ(q.dropped(), 0u);
+}
+
+TEST(OutQueue, ReadFromEmptyQueue) {
+  OutQueue q(1, 100, OverflowPolicy::DropOldest);
+  char buf[8];
+  EXPECT_EQ(q.read_into(buf, sizeof buf), 0u);
+  q.push(data_frame(1));
+  EXPECT_EQ(q.read_into(buf, 0), 0u);
+  EXPECT_EQ(q.events(), 1u);
+}
+
+TEST(OutQueue, DropNewestOnEventBound) {
+  OutQueue q(3, 1000, OverflowPolicy::DropNewest);
+  for (int i = 1; i <= 3; ++i)
+    EXPECT_EQ(q.push(data_frame(i)), Result::Queued);
+  EXPECT_EQ(q.push(data_frame(4)), Result::DroppedNewest);
+  EXPECT_EQ(q.push(data_frame(5)), Result::DroppedNewest);
+  EXPECT_EQ(q.events(), 3u);
+  EXPECT_EQ(q.dropped(), 2u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"1", "2", "3"}));
+}
+
+TEST(OutQueue, DropNewestOnByteBound) {
+  OutQueue q(100, 55, OverflowPolicy::DropNewest);
+  EXPECT_EQ(q.push(data_frame(1, 20)), Result::Queued);
+  EXPECT_EQ(q.push(data_frame(2, 20)), Result::Queued);
+  EXPECT_EQ(q.push(data_frame(3, 20)), Result::DroppedNewest);
+  EXPECT_EQ(q.push(data_frame(4, 15)), Result::Queued); // exactly 55
+  EXPECT_EQ(q.bytes(), 55u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"1", "2", "4"}));
+}
+
+TEST(OutQueue, DropOldestOnEventBound) {
+  OutQueue q(3, 1000, OverflowPolicy::DropOldest);
+  for (int i = 1; i <= 3; ++i)
+    q.push(data_frame(i));
+  EXPECT_EQ(q.push(data_frame(4)), Result::DroppedOldest);
+  EXPECT_EQ(q.push(data_frame(5)), Result::DroppedOldest);
+  EXPECT_EQ(q.events(), 3u);
+  EXPECT_EQ(q.dropped(), 2u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"3", "4", "5"}));
+}
+
+TEST(OutQueue, DropOldestEvictsAsManyAsNeededForBytes) {
+  OutQueue q(100, 100, OverflowPolicy::DropOldest);
+  for (int i = 1; i <= 5; ++i)
+    q.push(data_frame(i, 20));
+  EXPECT_EQ(q.bytes(), 100u);
+  EXPECT_EQ(q.push(data_frame(6, 55)), Result::DroppedOldest);
+  EXPECT_EQ(q.dropped(), 3u);
+  EXPECT_EQ(q.events(), 3u);
+  EXPECT_EQ(q.bytes(), 95u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"4", "5", "6"}));
+}
+
+TEST(OutQueue, DropOldestNeverEvictsAPartiallyWrittenFrame) {
+  OutQueue q(2, 1000, OverflowPolicy::DropOldest);
+  q.push(data_frame(1));
+  q.push(data_frame(2));
+  char buf[3];
+  ASSERT_EQ(q.read_into(buf, sizeof buf), 3u); // "id:" of frame 1
+  EXPECT_EQ(q.push(data_frame(3)), Result::DroppedOldest);
+  EXPECT_EQ(q.dropped(), 1u);
+  const std::string rest = std::string(buf, 3) + drain(q);
+  EXPECT_EQ(frames_of(rest), (Names{"1", "3"}));
+}
+
+TEST(OutQueue, DropOldestCannotMakeRoomNextToAPartialFrame) {
+  OutQueue q(1, 1000, OverflowPolicy::DropOldest);
+  q.push(data_frame(1));
+  char buf[3];
+  ASSERT_EQ(q.read_into(buf, sizeof buf), 3u);
+  EXPECT_EQ(q.push(data_frame(2)), Result::DroppedNewest);
+  EXPECT_EQ(q.dropped(), 1u);
+  EXPECT_EQ(frames_of(std::string(buf, 3) + drain(q)), (Names{"1"}));
+}
+
+TEST(OutQueue, DisconnectLeavesQueueUntouched) {
+  OutQueue q(2, 1000, OverflowPolicy::Disconnect);
+  q.push(data_frame(1));
+  q.push(data_frame(2));
+  EXPECT_EQ(q.push(data_frame(3)), Result::MustDisconnect);
+  EXPECT_EQ(q.events(), 2u);
+  EXPECT_EQ(q.dropped(), 0u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"1", "2"}));
+}
+
+TEST(OutQueue, DisconnectOnByteBound) {
+  OutQueue q(100, 30, OverflowPolicy::Disconnect);
+  q.push(data_frame(1, 20));
+  EXPECT_EQ(q.push(data_frame(2, 20)), Result::MustDisconnect);
+  EXPECT_EQ(q.bytes(), 20u);
+}
+
+TEST(OutQueue, OversizedFrameIsOverflowUnderEveryPolicy) {
+  OutQueue oldest(10, 50, OverflowPolicy::DropOldest);
+  oldest.push(data_frame(1, 20));
+  EXPECT_EQ(oldest.push(data_frame(2, 51)), Result::DroppedNewest);
+  EXPECT_EQ(oldest.events(), 1u); // nothing evicted for a frame that cannot fit anyway
+  EXPECT_EQ(frames_of(drain(oldest)), (Names{"1"}));
+
+  OutQueue newest(10, 50, OverflowPolicy::DropNewest);
+  EXPECT_EQ(newest.push(data_frame(1, 51)), Result::DroppedNewest);
+  EXPECT_TRUE(newest.empty());
+
+  OutQueue disconnect(10, 50, OverflowPolicy::Disconnect);
+  EXPECT_EQ(disconnect.push(data_frame(1, 51)), Result::MustDisconnect);
+  EXPECT_TRUE(disconnect.empty());
+}
+
+TEST(OutQueue, ZeroBoundsRejectEveryDataFrame) {
+  OutQueue q(0, 1000, OverflowPolicy::DropOldest);
+  EXPECT_EQ(q.push(data_frame(1)), Result::DroppedNewest);
+  EXPECT_EQ(q.push(control_frame("gap")), Result::Queued);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"gap"}));
+}
+
+TEST(OutQueue, ControlFramesNeverDroppedNorCounted) {
+  for (auto policy :
+       {OverflowPolicy::DropOldest, OverflowPolicy::DropNewest, OverflowPolicy::Disconnect}) {
+    OutQueue q(2, 40, policy);
+    EXPECT_EQ(q.push(control_frame("connected")), Result::Queued);
+    q.push(data_frame(1, 20));
+    q.push(data_frame(2, 20));
+    for (int i = 0; i < 50; ++i)
+      EXPECT_EQ(q.push(control_frame("c" + std::to_string(i))), Result::Queued);
+    EXPECT_EQ(q.events(), 2u);
+    EXPECT_EQ(q.bytes(), 40u);
+    q.push(data_frame(3, 20)); // overflow: under drop_oldest evicts 1, not a control frame
+    const Names out = frames_of(drain(q));
+    EXPECT_EQ(out.size(), 53u); // 51 control + 2 data frames whatever the policy
+    EXPECT_EQ(out.front(), "connected");
+    EXPECT_EQ(std::count(out.begin(), out.end(), "c49"), 1);
+    if (policy == OverflowPolicy::DropOldest) {
+      EXPECT_EQ(out[1], "2");
+      EXPECT_EQ(out.back(), "3");
+    } else {
+      EXPECT_EQ(out[1], "1");
+      EXPECT_EQ(out[2], "2");
+    }
+  }
+}
+
+TEST(OutQueue, PartialReadsByteByByte) {
+  OutQueue q(10, 1000, OverflowPolicy::DropOldest);
+  q.push(control_frame("hello"));
+  q.push(data_frame(1, 25));
+  OutFrame body_only;
+  body_only.body = std::make_shared<const std::string>("id: 2\ndata: b\n\n");
+  q.push(body_only);
+  OutFrame head_only;
+  head_only.head = "id: 3\ndata: h\n\n";
+  q.push(head_only);
+  const size_t total_bytes = q.bytes();
+  std::string out;
+  char c;
+  size_t reads = 0;
+  while (q.read_into(&c, 1) == 1) {
+    out.push_back(c);
+    ++reads;
+    // Counters drop only when a frame is complete.
+    if (q.frames_written() < 2) {
+      EXPECT_EQ(q.bytes(), total_bytes);
+    }
+  }
+  EXPECT_EQ(frames_of(out), (Names{"hello", "1", "2", "3"}));
+  EXPECT_EQ(q.frames_written(), 4u);
+  EXPECT_EQ(q.bytes(), 0u);
+  EXPECT_EQ(reads, out.size());
+}
+
+TEST(OutQueue, ReadSpansFramesAndStopsMidFrame) {
+  OutQueue q(10, 1000, OverflowPolicy::DropOldest);
+  q.push(data_frame(1, 20));
+  q.push(data_frame(2, 20));
+  q.push(data_frame(3, 20));
+  char buf[30];
+  ASSERT_EQ(q.read_into(buf, sizeof buf), 30u);
+  EXPECT_EQ(q.frames_written(), 1u);
+  EXPECT_EQ(q.events(), 2u);
+  std::string out(buf, 30);
+  out += drain(q, 7);
+  EXPECT_EQ(frames_of(out), (Names{"1", "2", "3"}));
+  EXPECT_EQ(out.size(), 60u);
+}
+
+TEST(OutQueue, BodyIsSharedNotCopied) {
+  auto body = std::make_shared<const std::string>("data: shared\n\n");
+  OutQueue a(10, 1000, OverflowPolicy::DropOldest), b(10, 1000, OverflowPolicy::DropOldest);
+  OutFrame f;
+  f.head = "id: 1\n";
+  f.body = body;
+  a.push(f);
+  b.push(f);
+  EXPECT_EQ(body.use_count(), 4); // body, f, a, b
+  drain(a);
+  drain(b);
+  EXPECT_EQ(body.use_count(), 2);
+}
+
+TEST(OutQueue, SetLimitsAppliesToNextPush) {
+  OutQueue q(10, 1000, OverflowPolicy::DropNewest);
+  for (int i = 1; i <= 5; ++i)
+    q.push(data_frame(i));
+  q.set_limits(2, 1000, OverflowPolicy::DropOldest);
+  EXPECT_EQ(q.events(), 5u); // nothing evicted by set_limits itself
+  EXPECT_EQ(q.push(data_frame(6)), Result::DroppedOldest);
+  EXPECT_EQ(q.events(), 2u);
+  EXPECT_EQ(q.dropped(), 4u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"5", "6"}));
+  q.set_limits(2, 1000, OverflowPolicy::Disconnect);
+  q.push(data_frame(7));
+  q.push(data_frame(8));
+  EXPECT_EQ(q.push(data_frame(9)), Result::MustDisconnect);
+}
+
+TEST(OutQueue, RandomOperationsKeepInvariants) {
+  std::mt19937 rng(777);
+  uint64_t frames = 0;
+  uint64_t results[4] = {0, 0, 0, 0};
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<uint8_t> bytes(rng() % 400);
+    for (auto &b : bytes)
+      b = static_cast<uint8_t>(rng());
+    pgbs::test::OutQueueHarness h;
+    const std::string err = h.run(bytes.data(), bytes.size());
+    ASSERT_EQ(err, "") << "round " << round;
+    frames += h.frames_out();
+    for (int i = 0; i < 4; ++i)
+      results[i] += h.results()[i];
+  }
+  // The harness did exercise the queue, and every outcome of push().
+  EXPECT_GT(frames, 10000u);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_GT(results[i], 100u) << "PushResult " << i;
+}
