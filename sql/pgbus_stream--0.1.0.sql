@@ -219,11 +219,19 @@ BEGIN
   END IF;
 END $$;
 
+CREATE FUNCTION @extschema@._publish_ephemeral(stream_id bigint, seq regclass, data text, event text,
+                                               visible_to text) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_publish_ephemeral' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._publish_ephemeral(bigint, regclass, text, text, text) FROM PUBLIC;
+
 -- broadcast writes the pgbus envelope into the stream's queue inside the
 -- caller's transaction and returns its msg_id; subscribers get it at commit.
+-- durable => false writes no row: the event takes an id from the queue's
+-- sequence, travels through shared memory at commit, and stays replayable
+-- only from the workers' memory (pgbus_stream.memory_retention).
 CREATE FUNCTION @extschema@.broadcast(stream text, data text, event text DEFAULT NULL,
-                                      visible_to text DEFAULT NULL)
-RETURNS bigint LANGUAGE plpgsql AS $$
+                                      visible_to text DEFAULT NULL, durable boolean DEFAULT true)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
   s @extschema@.streams := @extschema@._stream(stream);
   id bigint;
@@ -235,6 +243,11 @@ BEGIN
     RAISE EXCEPTION 'pgbus_stream: invalid event name %', quote_literal(event)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
+  END IF;
+  IF durable IS NOT TRUE THEN
+    RETURN @extschema@._publish_ephemeral(s.id,
+             pg_get_serial_sequence(format('%I.%I', s.queue_schema, s.queue_table), 'msg_id')::regclass,
+             data, event, visible_to);
   END IF;
   EXECUTE format('INSERT INTO %I.%I (vt, message) VALUES (clock_timestamp(), $1) RETURNING msg_id',
                  s.queue_schema, s.queue_table)

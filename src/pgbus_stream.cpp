@@ -35,6 +35,7 @@ char *cors_origins = nullptr;
 char *queue_prefix = nullptr;
 int replay_page_size = 500;
 int shutdown_drain_ms = 1000;
+int memory_retention = 1000;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -109,6 +110,9 @@ static void define_gucs() {
   DefineCustomIntVariable("pgbus_stream.shutdown_drain", "How long a clean stop flushes queued events.",
                           nullptr, &shutdown_drain_ms, 1000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
                           nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.memory_retention",
+                          "Ephemeral broadcasts each worker keeps per stream for reconnecting clients.", nullptr,
+                          &memory_retention, 1000, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

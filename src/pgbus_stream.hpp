@@ -21,4 +21,5 @@ extern char *cors_origins;
 extern char *queue_prefix;
 extern int replay_page_size;
 extern int shutdown_drain_ms;
+extern int memory_retention;
 } // namespace pgbs::guc

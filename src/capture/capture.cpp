@@ -24,10 +24,12 @@ extern "C" {
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
+#include "commands/sequence.h"
 #include "executor/tuptable.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture);
 PG_FUNCTION_INFO_V1(pgbus_stream_catalog_changed);
+PG_FUNCTION_INFO_V1(pgbus_stream_publish_ephemeral);
 }
 
 namespace pgbs::capture {
@@ -50,7 +52,13 @@ struct PendingRow {
   int64 stream_id;
   int64 msg_id;
   int nest_level;
+  char *payload; // ephemeral broadcasts only: data, event, visible_to back to back (TopTransactionContext)
+  uint32 data_len, event_len, visible_len;
 };
+
+Size record_size(const PendingRow *r) {
+  return TYPEALIGN(8, sizeof(RecordHeader) + r->data_len + r->event_len + r->visible_len);
+}
 
 constexpr int kMaxTxStreams = 256;
 
@@ -60,6 +68,7 @@ struct TxState {
   bool registered;   // this backend's slot holds entries
   bool overflowed;   // more than max_pending_events: workers catch up from the tables
   bool catalog_changed;
+  Size inline_bytes; // ephemeral payload bytes collected
   PendingRow *rows;  // in TopMemoryContext
   int64 nrows;
   int64 cap;
@@ -115,21 +124,32 @@ TxStream *register_stream(int64 stream_id) {
   return ts;
 }
 
-void collect(TxStream *ts, int64 msg_id) {
+// Collects one committed-to-be event. Table rows may be dropped from local
+// memory past max_pending_events (the workers then read the table); ephemeral
+// ones (payload != NULL) have no row, so they are always kept and bounded by
+// bytes in publish_ephemeral().
+void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0, uint32 event_len = 0,
+             uint32 visible_len = 0) {
   if (msg_id > ts->max_id)
     ts->max_id = msg_id;
   ts->count++;
-  if (tx.overflowed)
-    return;
-  if (tx.nrows >= guc::max_pending_events) {
-    tx.overflowed = true; // the workers will read this transaction's rows from the table
-    tx.nrows = 0;
-    return;
+  if (payload == nullptr) {
+    if (tx.overflowed)
+      return;
+    if (tx.nrows >= guc::max_pending_events) {
+      tx.overflowed = true; // the workers will read this transaction's rows from the table
+      int64 keep = 0;       // keep only the ephemeral events
+      for (int64 i = 0; i < tx.nrows; i++)
+        if (tx.rows[i].payload)
+          tx.rows[keep++] = tx.rows[i];
+      tx.nrows = keep;
+      return;
+    }
   }
   if (tx.nrows >= tx.cap) {
     int64 ncap = tx.cap ? tx.cap * 2 : 64;
-    if (ncap > guc::max_pending_events)
-      ncap = guc::max_pending_events;
+    if (ncap > guc::max_pending_events && payload == nullptr)
+      ncap = Max(guc::max_pending_events, tx.nrows + 1);
     tx.rows = tx.rows ? (PendingRow *)repalloc(tx.rows, ncap * sizeof(PendingRow))
                       : (PendingRow *)MemoryContextAlloc(TopMemoryContext, ncap * sizeof(PendingRow));
     tx.cap = ncap;
@@ -138,6 +158,10 @@ void collect(TxStream *ts, int64 msg_id) {
   r->stream_id = ts->stream_id;
   r->msg_id = msg_id;
   r->nest_level = GetCurrentTransactionNestLevel();
+  r->payload = payload;
+  r->data_len = data_len;
+  r->event_len = event_len;
+  r->visible_len = visible_len;
 }
 
 void clear_slot() {
@@ -156,6 +180,7 @@ void reset_tx() {
   tx.registered = false;
   tx.overflowed = false;
   tx.catalog_changed = false;
+  tx.inline_bytes = 0;
   tx.nrows = 0;
   if (tx.cap > 4096) { // do not keep a large buffer between transactions
     pfree(tx.rows);
@@ -184,24 +209,38 @@ void ring_copy(shmem::Shared *s, uint64 pos, const void *src, Size len) {
 // Runs at XACT_EVENT_COMMIT: nothing here may fail.
 void publish_commit() {
   shmem::Shared *s = shmem::shared();
-  Size need = (Size)tx.nrows * sizeof(RecordHeader);
-  if (tx.overflowed || need > s->ring_capacity / 2) {
+  Size need = 0;
+  for (int64 i = 0; i < tx.nrows; i++)
+    need += record_size(&tx.rows[i]);
+  bool fits = need <= s->ring_capacity / 2;
+  if (tx.overflowed || !fits) {
     pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
     pg_atomic_fetch_add_u64(&s->ring_overflows, 1);
-  } else if (tx.nrows > 0) {
+  }
+  if (tx.nrows > 0 && fits) {
     RecordHeader h;
     memset(&h, 0, sizeof(h));
-    h.len = sizeof(RecordHeader);
-    h.kind = RecordKind::Row;
     h.dboid = MyDatabaseId;
     h.commit_us = (int64)GetCurrentTimestamp();
+    static const char zeros[8] = {0};
     LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
     uint64 head = pg_atomic_read_u64(&s->ring_head);
     for (int64 i = 0; i < tx.nrows; i++) {
-      h.stream_id = tx.rows[i].stream_id;
-      h.msg_id = tx.rows[i].msg_id;
+      const PendingRow *r = &tx.rows[i];
+      h.len = (uint32)record_size(r);
+      h.kind = r->payload ? RecordKind::Inline : RecordKind::Row;
+      h.stream_id = r->stream_id;
+      h.msg_id = r->msg_id;
+      h.data_len = r->data_len;
+      h.event_len = r->event_len;
+      h.visible_len = r->visible_len;
       ring_copy(s, head, &h, sizeof(h));
-      head += sizeof(h);
+      Size plen = r->data_len + r->event_len + r->visible_len;
+      if (plen > 0)
+        ring_copy(s, head + sizeof(h), r->payload, plen);
+      if (h.len > sizeof(h) + plen)
+        ring_copy(s, head + sizeof(h) + plen, zeros, h.len - sizeof(h) - plen);
+      head += h.len;
     }
     pg_atomic_write_u64(&s->ring_head, head);
     LWLockRelease(s->ring_lock);
@@ -332,4 +371,41 @@ extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
   }
   note_catalog_change();
   PG_RETURN_VOID();
+}
+
+// pgbus_stream._publish_ephemeral(stream_id, seq, data, event, visible_to):
+// an event without a table row. Its id comes from the queue's own sequence
+// (after the floor is published, like any insert), and its payload travels in
+// the ring at commit.
+extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream, sequence and data must not be NULL")));
+  int64 stream_id = PG_GETARG_INT64(0);
+  Oid seq = PG_GETARG_OID(1);
+  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
+                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+  uint32 lens[3];
+  Size total = 0;
+  for (int i = 0; i < 3; i++) {
+    lens[i] = parts[i] ? (uint32)VARSIZE_ANY_EXHDR(parts[i]) : 0;
+    total += lens[i];
+  }
+  Size limit = pgbs::shmem::shared()->ring_capacity / 4;
+  if (tx.inline_bytes + total + sizeof(RecordHeader) > limit)
+    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                    errmsg("pgbus_stream: ephemeral broadcasts of one transaction exceed %zu bytes", limit),
+                    errhint("Use durable broadcasts for large payloads, or raise pgbus_stream.ring_size.")));
+  TxStream *ts = register_stream(stream_id);
+  int64 id = nextval_internal(seq, true);
+  char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);
+  Size off = 0;
+  for (int i = 0; i < 3; i++)
+    if (parts[i]) {
+      memcpy(payload + off, VARDATA_ANY(parts[i]), lens[i]);
+      off += lens[i];
+    }
+  tx.inline_bytes += total + sizeof(RecordHeader);
+  collect(ts, id, payload, lens[0], lens[1], lens[2]);
+  PG_RETURN_INT64(id);
 }

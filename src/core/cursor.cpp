@@ -158,7 +158,8 @@ void StreamPosition::advance(int64_t h) {
   if (h <= horizon)
     return;
   horizon = h;
-  auto it = std::find_if(ranges_.begin(), ranges_.end(), [h](const Range &r) { return r.second > h; });
+  auto it =
+      std::find_if(ranges_.begin(), ranges_.end(), [h](const Range &r) { return r.second > h; });
   ranges_.erase(ranges_.begin(), it);
   fold_into_horizon();
 }

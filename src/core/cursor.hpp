@@ -56,8 +56,10 @@ private:
 
 // Parses one stream position. Rejects: empty, signs, leading '+', spaces,
 // floats, values > INT64_MAX, ranges not ascending / overlapping / not above
-// H, anything over kMaxTokenBytes. On failure returns false and sets *err to a
-// short reason suitable for a 400 body.
+// H, anything over kMaxTokenBytes, and an explicit epoch 0 ("0~5"). Accepted
+// and normalised: ranges adjacent to each other or to H ("5_6" is "6"), "a-a",
+// leading zeros. On failure returns false, leaves *out alone and sets *err (if
+// not null) to a short reason suitable for a 400 body ("cursor: ...").
 bool parse_stream(std::string_view text, StreamPosition *out, std::string *err);
 
 // A cursor for one or more streams.
@@ -81,6 +83,7 @@ std::string encode(const Cursor &c);
 bool parse_int64(std::string_view text, int64_t *out);
 
 constexpr size_t kMaxStreamName = 128;
-bool valid_stream_name(std::string_view name); // [A-Za-z0-9_.-]{1,128}, must start with a letter/digit/_
+// [A-Za-z0-9_.-]{1,128}, starting with a letter, a digit or '_'.
+bool valid_stream_name(std::string_view name);
 
 } // namespace pgbs::cursor

@@ -47,8 +47,9 @@ public:
   size_t read_into(char *buf, size_t cap);
 
   bool empty() const { return frames_.empty(); }
-  size_t events() const { return events_; }   // data frames queued
-  size_t bytes() const { return bytes_; }     // data bytes queued (whole frames, until fully read)
+  size_t events() const { return events_; } // data frames queued
+  // Data bytes queued; a frame counts whole until its last byte is read out.
+  size_t bytes() const { return bytes_; }
   uint64_t dropped() const { return dropped_; }
   uint64_t frames_written() const { return written_; } // frames fully copied out
   void set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy);

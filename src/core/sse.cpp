@@ -5,6 +5,7 @@
 // conforming EventSource strips the single space after the colon either way.
 #include "core/sse.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -51,8 +52,39 @@ bool lf_follows_cr(std::string_view data, size_t i) {
   return i > 0 && data[i - 1] == '\r';
 }
 
+constexpr std::string_view kData = "data: ";
+
+// Reserves room for `extra` more bytes without defeating geometric growth
+// when many frames are appended to one buffer.
+void reserve_more(std::string &out, size_t extra) {
+  const size_t need = out.size() + extra;
+  if (need > out.capacity())
+    out.reserve(std::max(need, 2 * out.capacity()));
+}
+
+// The usual payload has LF breaks only: split it with memchr.
+void append_lf_lines(std::string &out, std::string_view data) {
+  const char *p = data.data();
+  const char *end = p + data.size();
+  out.append(kData);
+  const void *hit;
+  while (p != end && (hit = std::memchr(p, '\n', static_cast<size_t>(end - p))) != nullptr) {
+    const char *lf = static_cast<const char *>(hit);
+    out.append(p, static_cast<size_t>(lf - p));
+    out.push_back('\n');
+    out.append(kData);
+    p = lf + 1;
+  }
+  out.append(p, static_cast<size_t>(end - p));
+  out.push_back('\n');
+}
+
 void append_data_lines(std::string &out, std::string_view data) {
-  static constexpr std::string_view kData = "data: ";
+  if (data.empty() || (!std::memchr(data.data(), '\r', data.size()) &&
+                       !std::memchr(data.data(), '\0', data.size()))) {
+    append_lf_lines(out, data);
+    return;
+  }
   out.append(kData);
   const char *p = data.data();
   size_t start = 0;
@@ -75,7 +107,7 @@ void append_data_lines(std::string &out, std::string_view data) {
 
 void append_event(std::string &out, std::string_view id, std::string_view event,
                   std::string_view data) {
-  out.reserve(out.size() + id.size() + event.size() + data.size() + 32);
+  reserve_more(out, id.size() + event.size() + data.size() + 32);
   append_field(out, "id: ", id);
   append_field(out, "event: ", event);
   append_data_lines(out, data);
@@ -83,7 +115,7 @@ void append_event(std::string &out, std::string_view id, std::string_view event,
 }
 
 void append_comment(std::string &out, std::string_view text) {
-  out.reserve(out.size() + text.size() + 4);
+  reserve_more(out, text.size() + 4);
   out.append(": ");
   for (char c : text)
     out.push_back(is_line_break_or_nul(c) ? ' ' : c);

@@ -285,14 +285,30 @@ void Hub::cycle() {
     // Read the rows per stream in one query each, then dispatch in commit order.
     std::map<int64_t, std::vector<int64_t>> wanted;
     for (const RingEvent &e : events)
-      if (streams_.count(e.stream_id))
+      if (!e.ephemeral && streams_.count(e.stream_id))
         wanted[e.stream_id].push_back(e.msg_id);
     std::map<std::pair<int64_t, int64_t>, Row> found;
     for (auto &[sid, list] : wanted) {
       for (Row &r : read_rows(streams_[sid]->info, "WHERE msg_id = ANY($1)", &list, 0, 0))
         found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
     }
-    for (const RingEvent &e : events) {
+    for (RingEvent &e : events) {
+      if (e.ephemeral) {
+        auto st = streams_.find(e.stream_id);
+        if (st == streams_.end())
+          continue;
+        Row row;
+        row.msg_id = e.msg_id;
+        row.data = std::move(e.data);
+        if (!e.event.empty())
+          row.event = std::move(e.event);
+        if (!e.visible_to.empty())
+          row.visible_to = std::move(e.visible_to);
+        if (!st->second->pos.covers(row.msg_id))
+          retain_ephemeral(*st->second, row);
+        dispatch(*st->second, row);
+        continue;
+      }
       auto it = found.find({e.stream_id, e.msg_id});
       if (it == found.end()) {
         auto st = streams_.find(e.stream_id);
@@ -365,7 +381,7 @@ void Hub::subscribe(const http::Request &req) {
   std::string gaps;
   for (Sub &sub : c.subs) {
     StreamState &st = *sub.st;
-    const cursor::StreamPosition *p = text ? cur.find(c.multi ? st.info.name : std::string()) : nullptr;
+    const cursor::StreamPosition *p = text ? cur.find(st.info.name) : nullptr;
     if (p) {
       sub.pos = *p;
       if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
@@ -374,6 +390,10 @@ void Hub::subscribe(const http::Request &req) {
                               "{\"stream\":\"" + sse::json_escape(st.info.name) +
                                   "\",\"reason\":\"stream-recreated\"}");
         sub.pos = cursor::StreamPosition();
+      } else if (missed_ephemeral(st, sub.pos)) {
+        gaps += control_event("pgbus:gap-detected",
+                              "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                  "\",\"reason\":\"ephemeral-expired\"}");
       }
       sub.pos.epoch = st.info.id;
     } else if (replay_n > 0) {
@@ -420,13 +440,22 @@ void Hub::subscribe(const http::Request &req) {
 bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
   std::vector<Row> rows =
       read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, sub.page_after, page);
+  const bool last_page = (int64_t)rows.size() < page;
+  // Merge the ephemeral broadcasts this worker still holds into the page.
+  const int64_t upto = last_page ? INT64_MAX : rows.back().msg_id;
+  const size_t table_rows = rows.size();
+  for (const Row &e : sub.st->ephemeral)
+    if (e.msg_id > sub.page_after && e.msg_id <= upto)
+      rows.push_back(e);
+  if (rows.size() != table_rows)
+    std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
   for (const Row &r : rows) {
     sub.page_after = r.msg_id;
     if (sub.pos.covers(r.msg_id))
       continue;
     deliver_to(c, sub, r, encode_body(r));
   }
-  if ((int64_t)rows.size() < page) {
+  if (last_page) {
     // Caught up with everything visible: from here the live path feeds it.
     sub.replaying = false;
     sub.pos.advance(sub.st->pos.horizon);
@@ -459,6 +488,33 @@ bool Hub::continue_replays() {
   }
   replaying_.swap(still);
   return !replaying_.empty();
+}
+
+void Hub::retain_ephemeral(StreamState &st, const Row &row) {
+  const size_t keep = (size_t)guc::memory_retention;
+  if (keep > 0)
+    st.ephemeral.push_back(row);
+  while (st.ephemeral.size() > keep) {
+    st.evicted.push_back(st.ephemeral.front().msg_id);
+    st.ephemeral.pop_front();
+  }
+  while (st.evicted.size() > 10000) {
+    st.evicted_floor = std::max(st.evicted_floor, st.evicted.front());
+    st.evicted.pop_front();
+  }
+  if (keep == 0)
+    st.evicted.push_back(row.msg_id);
+}
+
+// True when a client at position p may have missed an ephemeral broadcast
+// that this worker no longer holds.
+bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &p) {
+  if (p.horizon < st.evicted_floor)
+    return true;
+  for (int64_t id : st.evicted)
+    if (!p.covers(id))
+      return true;
+  return false;
 }
 
 void Hub::closed(uint64_t conn_id) {

@@ -8,6 +8,7 @@
 #include "worker/ring_reader.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,6 +58,9 @@ private:
     cursor::StreamPosition pos; // horizon + ids delivered above it
     std::string token;          // pos encoded, refreshed per event
     std::vector<uint64_t> conns;
+    std::deque<Row> ephemeral;        // recent ephemeral broadcasts (memory_retention)
+    std::deque<int64_t> evicted;      // ids of ephemeral broadcasts no longer held
+    int64_t evicted_floor = 0;        // every evicted id not in `evicted` is <= this
   };
   struct Sub {
     StreamState *st;
@@ -82,6 +86,8 @@ private:
   std::vector<Row> read_rows(const StreamInfo &si, const std::string &where,
                              const std::vector<int64_t> *ids, int64_t after, int64_t limit);
   void drop_stream_state(int64_t id, const char *reason);
+  void retain_ephemeral(StreamState &st, const Row &row);
+  static bool missed_ephemeral(const StreamState &st, const cursor::StreamPosition &p);
   static std::shared_ptr<const std::string> encode_body(const Row &row);
 
   http::Server &server_;

@@ -61,9 +61,21 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
       break; // cannot happen with a consistent ring; stop rather than misparse
     o += h.len;
     records_read_++;
-    if (h.dboid != dboid_ || h.kind != shmem::RecordKind::Row)
+    if (h.dboid != dboid_)
       continue;
-    out->push_back(RingEvent{h.stream_id, h.msg_id, h.commit_us});
+    RingEvent ev{h.stream_id, h.msg_id, h.commit_us};
+    if (h.kind == shmem::RecordKind::Inline) {
+      const char *p = buf_.data() + (o - h.len) + sizeof(RecordHeader);
+      if ((uint64)sizeof(RecordHeader) + h.data_len + h.event_len + h.visible_len > h.len)
+        continue;
+      ev.ephemeral = true;
+      ev.data.assign(p, h.data_len);
+      ev.event.assign(p + h.data_len, h.event_len);
+      ev.visible_to.assign(p + h.data_len + h.event_len, h.visible_len);
+    } else if (h.kind != shmem::RecordKind::Row) {
+      continue;
+    }
+    out->push_back(std::move(ev));
   }
   return complete;
 }

@@ -13,6 +13,8 @@ struct RingEvent {
   int64_t stream_id;
   int64_t msg_id;
   int64_t commit_us;
+  bool ephemeral = false; // payload below; no table row
+  std::string data, event, visible_to;
 };
 
 class RingReader {

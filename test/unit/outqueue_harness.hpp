@@ -162,8 +162,8 @@ private:
     if (was_within && !within(q))
       fail("push took the queue over its bounds");
     if (!was_within && !within(q) && (q.events() > events || q.bytes() > qbytes))
-      fail("push grew a queue already over its (lowered) bounds: " + std::to_string(events) +
-           "/" + std::to_string(qbytes) + " -> " + std::to_string(q.events()) + "/" +
+      fail("push grew a queue already over its (lowered) bounds: " + std::to_string(events) + "/" +
+           std::to_string(qbytes) + " -> " + std::to_string(q.events()) + "/" +
            std::to_string(q.bytes()) + " max " + std::to_string(max_events_) + "/" +
            std::to_string(max_bytes_) + " result " + std::to_string(static_cast<int>(r)));
   }

@@ -101,14 +101,39 @@ TEST(CursorParse, AdjacentRangesNormalised) {
 }
 
 TEST(CursorParse, MalformedRejected) {
-  const char *bad[] = {"",       " ",         "\t",       "+5",       "-5",        "4.2",
-                       "1e5",    "0x10",      " 42",      "42 ",      "4 2",       "42_",
-                       "42_44-", "42__44",    "42_44..46", "42-44",    "~42",       "7~",
-                       "7~8~9",  "a",         "42#",      "42&x",     "42%20",     "42_44.",
-                       "42_.44", "42_-44",    "42_+44",   "42\n",     "\xef\xbc\x94\xef\xbc\x92"};
+  const char *bad[] = {"",
+                       " ",
+                       "\t",
+                       "+5",
+                       "-5",
+                       "4.2",
+                       "1e5",
+                       "0x10",
+                       " 42",
+                       "42 ",
+                       "4 2",
+                       "42_",
+                       "42_44-",
+                       "42__44",
+                       "42_44..46",
+                       "42-44",
+                       "~42",
+                       "7~",
+                       "7~8~9",
+                       "a",
+                       "42#",
+                       "42&x",
+                       "42%20",
+                       "42_44.",
+                       "42_.44",
+                       "42_-44",
+                       "42_+44",
+                       "42\n",
+                       "\xef\xbc\x94\xef\xbc\x92"};
   for (const char *t : bad)
     reject_reason(t);
-  reject_reason("4\0"s "2");
+  reject_reason("4\0"s
+                "2");
   reject_reason("42\0"s);
 }
 
@@ -204,9 +229,9 @@ TEST(CursorMulti, SingleNamedStreamKeepsItsName) {
 }
 
 TEST(CursorMulti, Malformed) {
-  for (const char *t : {"chat:", "chat:42,", ",chat:42", "chat:42,,news:1", "chat:1:2",
-                        "chat%:1", "ch at:1", "caf\xc3\xa9:1", "chat:1,news", "chat::1",
-                        "chat:1;news:2", ".chat:1"})
+  for (const char *t :
+       {"chat:", "chat:42,", ",chat:42", "chat:42,,news:1", "chat:1:2", "chat%:1", "ch at:1",
+        "caf\xc3\xa9:1", "chat:1,news", "chat::1", "chat:1;news:2", ".chat:1"})
     reject_reason(t);
   reject_reason(std::string(129, 'a') + ":1");
   Cursor c;
@@ -220,9 +245,10 @@ TEST(CursorMulti, EncodeOnlyUsesUrlSafeCharacters) {
   std::string err;
   ASSERT_TRUE(parse("a-b_c.d:7~42_44-1000.1002,Z9:0", &c, &err)) << err;
   for (char ch : encode(c))
-    EXPECT_NE(std::string_view("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:,")
-                  .find(ch),
-              std::string_view::npos)
+    EXPECT_NE(
+        std::string_view("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:,")
+            .find(ch),
+        std::string_view::npos)
         << ch;
 }
 

@@ -27,8 +27,7 @@ std::string data_only(std::string_view data) { return event("", "", data); }
 } // namespace
 
 TEST(SseEvent, IdEventAndData) {
-  EXPECT_EQ(event("42", "turbo-stream", "hello"),
-            "id: 42\nevent: turbo-stream\ndata: hello\n\n");
+  EXPECT_EQ(event("42", "turbo-stream", "hello"), "id: 42\nevent: turbo-stream\ndata: hello\n\n");
 }
 
 TEST(SseEvent, IdAndEventOmittedWhenEmpty) {
@@ -88,7 +87,10 @@ TEST(SseEvent, Utf8PassesThrough) {
 
 TEST(SseEvent, IdAndEventCannotSplitTheFrame) {
   EXPECT_EQ(event("4\r\n2", "a\nb", "x"), "id: 42\nevent: ab\ndata: x\n\n");
-  EXPECT_EQ(event("4\0"s "2", "e\r", "x"), "id: 42\nevent: e\ndata: x\n\n");
+  EXPECT_EQ(event("4\0"s
+                  "2",
+                  "e\r", "x"),
+            "id: 42\nevent: e\ndata: x\n\n");
   // Nothing left after cleaning: omitted (an empty "id:" would reset lastEventId).
   EXPECT_EQ(event("\r\n", "\n", "x"), "data: x\n\n");
 }
