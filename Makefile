@@ -25,4 +25,4 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # C++ flags: PGXS's CXXFLAGS carry C-only warnings; keep ours.
-override CXXFLAGS := -O2 -g -fPIC -fvisibility=hidden $(PG_CXXFLAGS)
+override CXXFLAGS := -O2 -g -fPIC $(PG_CXXFLAGS)

@@ -1,4 +1,5 @@
 -- SQL surface of pgbus_stream: streams, broadcast, capture, and their errors.
+\set VERBOSITY terse
 CREATE EXTENSION pgbus_stream;
 SELECT extversion FROM pg_extension WHERE extname = 'pgbus_stream';
 
@@ -80,6 +81,14 @@ SELECT pgbus_stream.drop_stream('chat');
 SELECT to_regclass('pgbus_stream.q_pgbus_chat') IS NULL AS queue_gone,
        to_regclass('pgbus_stream.a_pgbus_chat') IS NULL AS archive_gone;
 SELECT name FROM pgbus_stream.streams ORDER BY id;
+
+-- ephemeral broadcasts take ids from the queue's sequence but write no row
+SELECT (pgbus_stream.create_stream('eph')).name AS created;
+SELECT pgbus_stream.broadcast('eph', 'durable one') AS durable_id;
+SELECT pgbus_stream.broadcast('eph', 'gone after delivery', durable => false) AS ephemeral_id;
+SELECT pgbus_stream.broadcast('eph', 'durable two') AS durable_id;
+SELECT msg_id, message->>'html' AS html FROM pgbus_stream.q_pgbus_eph ORDER BY msg_id;
+SELECT pgbus_stream.broadcast('eph', repeat('x', 3000000), durable => false);
 
 -- a re-created stream gets a new id (its epoch)
 SELECT (pgbus_stream.create_stream('chat')).id > 1 AS new_epoch;
