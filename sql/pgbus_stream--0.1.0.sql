@@ -272,3 +272,29 @@ LANGUAGE sql STABLE AS $$
          THEN format('UNION ALL SELECT msg_id, message, enqueued_at FROM %I.%I', s.queue_schema, s.archive_table)
          ELSE '' END)
 $$;
+
+CREATE FUNCTION @extschema@._stream_stats(
+  OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
+  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
+
+-- workers() shows each running worker process and its counters.
+CREATE FUNCTION @extschema@.workers(
+  OUT worker int, OUT pid int, OUT connections bigint, OUT delivered bigint, OUT overflow_dropped bigint,
+  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
+
+-- stats() shows live per-stream figures from shared memory (summed over the
+-- workers); latency is commit -> queued on the connection over the last minute.
+CREATE FUNCTION @extschema@.stats(
+  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
+  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
+         coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0), coalesce(x.bytes_sent, 0),
+         coalesce(x.newest_id, 0), x.latency_p50_ms, x.latency_p99_ms
+    FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
+   ORDER BY s.name
+$$;

@@ -23,11 +23,22 @@ struct Config {
   int heartbeat_interval_s = 15;   // ": heartbeat <epoch>" comment to live SSE connections
   int idle_timeout_s = 0;          // 0 = off; heartbeats do not count as activity
   int request_timeout_s = 10;      // slowloris: a request must be complete within this
+                                   // (a pending SSE request not decided within 3x this gets 503)
   int retry_ms = 2000;             // "retry:" sent in the preamble
   std::string cors_origins;        // comma-separated list, "*" for any; empty = no CORS headers
   size_t queue_max_events = 1000;
   size_t queue_max_bytes = 1 << 20;
   OverflowPolicy overflow_policy = OverflowPolicy::DropOldest;
+  // Request bounds (beyond: 414 / 431); libmicrohttpd refuses anything that
+  // does not fit its per-connection memory either.
+  size_t max_url_bytes = 8192;      // request target, query string included
+  size_t max_header_bytes = 16384;  // all request header lines together
+  size_t max_streams_per_request = 32;
+  // libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT).
+  // It bounds one coalesced write to an SSE socket (HTTP/1.1, DESIGN §8) and
+  // costs about half its size per idle connection (MHD zeroes the request
+  // buffer when the response starts). Fixed at start().
+  size_t connection_memory_limit = 32 * 1024;
 };
 
 // An SSE request waiting for the worker's decision. Its connection is
@@ -106,6 +117,13 @@ public:
   // worker pages replays by it.
   size_t queued_events(uint64_t conn_id) const;
   std::vector<ConnectionInfo> connections() const;
+
+  // The port actually bound (useful when Config::port was 0), or -1.
+  int port() const;
+  // libmicrohttpd diagnostics collected since the last call (bounded; the
+  // oldest lines are dropped). Never logged from inside a callback: the caller
+  // logs them from its own context.
+  std::vector<std::string> take_log();
 
 private:
   struct Impl;

@@ -17,6 +17,18 @@ static Shared *g_shared = nullptr;
 
 static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
 
+static void init_stream_stats(StreamStats *st) {
+  pg_atomic_init_u64(&st->subscribers, 0);
+  pg_atomic_init_u64(&st->delivered, 0);
+  pg_atomic_init_u64(&st->overflow_dropped, 0);
+  pg_atomic_init_u64(&st->failed, 0);
+  pg_atomic_init_u64(&st->bytes_queued, 0);
+  pg_atomic_init_u64(&st->retention_dropped, 0);
+  SpinLockInit(&st->latency.mutex);
+  memset(st->latency.window_start, 0, sizeof(st->latency.window_start));
+  memset(st->latency.counts, 0, sizeof(st->latency.counts));
+}
+
 static Size ring_bytes() { return (Size)guc::ring_size_kb * 1024; }
 
 Size shmem_size() {
@@ -72,6 +84,7 @@ void shmem_startup() {
       s->streams[i].stream_id = 0;
       pg_atomic_init_u64(&s->streams[i].max_committed, 0);
       pg_atomic_init_u64(&s->streams[i].events, 0);
+      init_stream_stats(&s->streams[i].stats);
     }
     for (int i = 0; i < s->nslots; i++) {
       s->slots[i].dboid = InvalidOid;
@@ -123,6 +136,7 @@ StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create) {
     slot->dboid = dboid;
     pg_atomic_write_u64(&slot->max_committed, 0);
     pg_atomic_write_u64(&slot->events, 0);
+    init_stream_stats(&slot->stats);
     pg_write_barrier();
     slot->stream_id = stream_id;
     e = slot;
@@ -137,6 +151,52 @@ void advance_max_committed(StreamEntry *e, int64 id) {
     if (pg_atomic_compare_exchange_u64(&e->max_committed, &cur, (uint64)id))
       break;
   }
+}
+
+void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us) {
+  int64 win = now_us / 10000000;
+  int idx = (int)(win % kLatencyWindows);
+  int bucket = 0;
+  for (int64 v = Max(latency_us, (int64)1); v > 1 && bucket < kLatencyBuckets - 1; v >>= 1)
+    bucket++;
+  SpinLockAcquire(&w->mutex);
+  if (w->window_start[idx] != win) {
+    w->window_start[idx] = win;
+    memset(w->counts[idx], 0, sizeof(w->counts[idx]));
+  }
+  w->counts[idx][bucket]++;
+  SpinLockRelease(&w->mutex);
+}
+
+bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms) {
+  uint64 sum[kLatencyBuckets] = {0};
+  uint64 total = 0;
+  int64 win = now_us / 10000000;
+  SpinLockAcquire(&w->mutex);
+  for (int i = 0; i < kLatencyWindows; i++)
+    if (w->window_start[i] > win - kLatencyWindows)
+      for (int b = 0; b < kLatencyBuckets; b++)
+        sum[b] += w->counts[i][b];
+  SpinLockRelease(&w->mutex);
+  for (int b = 0; b < kLatencyBuckets; b++)
+    total += sum[b];
+  if (total == 0)
+    return false;
+  // A bucket b holds [2^b, 2^(b+1)) us; report its upper bound.
+  auto at = [&](double q) {
+    uint64 want = (uint64)(q * (double)total + 0.5), seen = 0;
+    if (want == 0)
+      want = 1;
+    for (int b = 0; b < kLatencyBuckets; b++) {
+      seen += sum[b];
+      if (seen >= want)
+        return (double)(1ULL << (b + 1)) / 1000.0;
+    }
+    return (double)(1ULL << kLatencyBuckets) / 1000.0;
+  };
+  *p50_ms = at(0.50);
+  *p99_ms = at(0.99);
+  return true;
 }
 
 } // namespace pgbs::shmem

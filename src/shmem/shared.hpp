@@ -9,12 +9,35 @@ extern "C" {
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 }
 
 namespace pgbs::shmem {
 
 constexpr int kMaxWorkers = 32;
 constexpr int kSlotStreams = 32; // streams one transaction can write before it freezes all horizons
+
+// Commit-to-queue latency over the last minute: six 10-second windows of
+// power-of-two microsecond buckets. Updated under a spinlock that only
+// guards a few integer stores.
+constexpr int kLatencyWindows = 6;
+constexpr int kLatencyBuckets = 26; // 1 us .. ~33 s
+struct LatencyWindows {
+  slock_t mutex;
+  int64 window_start[kLatencyWindows]; // epoch seconds / 10 of each window
+  uint32 counts[kLatencyWindows][kLatencyBuckets];
+};
+
+// Per-stream figures written by the workers (summed over workers).
+struct StreamStats {
+  pg_atomic_uint64 subscribers; // gauge
+  pg_atomic_uint64 delivered;
+  pg_atomic_uint64 overflow_dropped;
+  pg_atomic_uint64 failed;
+  pg_atomic_uint64 bytes_queued;
+  pg_atomic_uint64 retention_dropped;
+  LatencyWindows latency;
+};
 
 // One stream known to shared memory, keyed by (database, catalog id). The
 // catalog id doubles as the stream's epoch: a re-created stream gets a new id.
@@ -23,7 +46,12 @@ struct StreamEntry {
   int64 stream_id;                // 0 = free
   pg_atomic_uint64 max_committed; // highest msg_id whose commit reached the ring
   pg_atomic_uint64 events;        // committed events seen at commit (stats)
+  StreamStats stats;
 };
+
+void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us);
+// Fills p50/p99 (ms) over the last minute; false when there is no sample.
+bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms);
 
 // A producer backend's in-flight registration: per stream, a floor below
 // every msg_id the open transaction may insert.

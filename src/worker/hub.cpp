@@ -9,6 +9,10 @@
 #include <cstdio>
 #include <unordered_set>
 
+extern "C" {
+#include "utils/timestamp.h"
+}
+
 namespace pgbs::worker {
 
 namespace {
@@ -33,6 +37,14 @@ std::string control_event(const std::string &event, const std::string &json) {
 
 Hub::Hub(http::Server &server, uint32_t dboid) : server_(server), dboid_(dboid), reader_(dboid) {
   reader_.start();
+}
+
+Hub::~Hub() {
+  std::vector<uint64_t> ids;
+  for (auto &[id, c] : conns_)
+    ids.push_back(id);
+  for (uint64_t id : ids)
+    closed(id);
 }
 
 bool Hub::load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<int64_t, int64_t>> *maxima) {
@@ -82,6 +94,7 @@ void Hub::reload_catalog() {
       continue;
     }
     auto st = std::make_unique<StreamState>();
+    st->entry = shmem::stream_entry(dboid_, si.id, true);
     st->pos.epoch = si.id;
     for (auto &[id, max] : maxima)
       if (id == si.id)
@@ -189,11 +202,33 @@ void Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
   OutFrame f;
   f.head = "id: " + conn_token(c) + "\n";
   f.body = body;
+  const size_t bytes = f.size();
   auto res = server_.push(c.id, std::move(f));
-  if (res == OutQueue::PushResult::Queued)
+  if (res == OutQueue::PushResult::Queued) {
     counters_.delivered++;
-  else
+    batch_.delivered++;
+    batch_.bytes += bytes;
+  } else {
     counters_.dropped++;
+    batch_.dropped++;
+  }
+}
+
+void Hub::flush_stats(StreamState &st, int64_t commit_us) {
+  if (st.entry) {
+    shmem::StreamStats *ss = &st.entry->stats;
+    if (batch_.delivered)
+      pg_atomic_fetch_add_u64(&ss->delivered, batch_.delivered);
+    if (batch_.dropped)
+      pg_atomic_fetch_add_u64(&ss->overflow_dropped, batch_.dropped);
+    if (batch_.bytes)
+      pg_atomic_fetch_add_u64(&ss->bytes_queued, batch_.bytes);
+    if (commit_us > 0 && batch_.delivered) {
+      int64_t now = (int64_t)GetCurrentTimestamp();
+      shmem::record_latency(&ss->latency, now, now - commit_us);
+    }
+  }
+  batch_ = StatsBatch();
 }
 
 void Hub::dispatch(StreamState &st, const Row &row) {
@@ -214,6 +249,7 @@ void Hub::dispatch(StreamState &st, const Row &row) {
       if (sub.st == &st)
         deliver_to(it->second, sub, row, body);
   }
+  flush_stats(st, row.commit_us);
 }
 
 void Hub::advance_horizons(const HorizonBounds &b) {
@@ -299,6 +335,7 @@ void Hub::cycle() {
           continue;
         Row row;
         row.msg_id = e.msg_id;
+        row.commit_us = e.commit_us;
         row.data = std::move(e.data);
         if (!e.event.empty())
           row.event = std::move(e.event);
@@ -316,6 +353,7 @@ void Hub::cycle() {
           st->second->pos.add(e.msg_id); // consumed before we read it: nothing to send
         continue;
       }
+      it->second.commit_us = e.commit_us;
       dispatch(*streams_[e.stream_id], it->second);
     }
   }
@@ -427,6 +465,8 @@ void Hub::subscribe(const http::Request &req) {
   bool needs_replay = false;
   for (Sub &s : c.subs) {
     s.st->conns.push_back(c.id);
+    if (s.st->entry)
+      pg_atomic_fetch_add_u64(&s.st->entry->stats.subscribers, 1);
     needs_replay |= s.replaying;
   }
   uint64_t cid = c.id;
@@ -455,6 +495,7 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
       continue;
     deliver_to(c, sub, r, encode_body(r));
   }
+  flush_stats(*sub.st, 0);
   if (last_page) {
     // Caught up with everything visible: from here the live path feeds it.
     sub.replaying = false;
@@ -522,6 +563,8 @@ void Hub::closed(uint64_t conn_id) {
   if (it == conns_.end())
     return;
   for (Sub &s : it->second.subs) {
+    if (s.st->entry)
+      pg_atomic_fetch_sub_u64(&s.st->entry->stats.subscribers, 1);
     auto &v = s.st->conns;
     v.erase(std::remove(v.begin(), v.end(), conn_id), v.end());
   }

@@ -6,6 +6,7 @@
 #include "core/outqueue.hpp"
 #include "http/server.hpp"
 #include "worker/ring_reader.hpp"
+#include "shmem/shared.hpp" // after the PostgreSQL-free headers
 
 #include <cstdint>
 #include <deque>
@@ -30,6 +31,7 @@ struct Row {
   std::string data;
   std::optional<std::string> event, visible_to;
   int64_t enqueued_us = 0;
+  int64_t commit_us = 0; // from the ring; 0 for rows read by replay/catch-up
 };
 
 struct HubCounters {
@@ -39,6 +41,7 @@ struct HubCounters {
 class Hub {
 public:
   Hub(http::Server &server, uint32_t dboid);
+  ~Hub(); // gives back the subscriber counts of connections still open
 
   // Loads the stream catalog; call at start and when the catalog version moves.
   void reload_catalog();
@@ -58,6 +61,7 @@ private:
     cursor::StreamPosition pos; // horizon + ids delivered above it
     std::string token;          // pos encoded, refreshed per event
     std::vector<uint64_t> conns;
+    shmem::StreamEntry *entry = nullptr; // shared figures of this stream
     std::deque<Row> ephemeral;        // recent ephemeral broadcasts (memory_retention)
     std::deque<int64_t> evicted;      // ids of ephemeral broadcasts no longer held
     int64_t evicted_floor = 0;        // every evicted id not in `evicted` is <= this
@@ -87,6 +91,10 @@ private:
                              const std::vector<int64_t> *ids, int64_t after, int64_t limit);
   void drop_stream_state(int64_t id, const char *reason);
   void retain_ephemeral(StreamState &st, const Row &row);
+  void flush_stats(StreamState &st, int64_t commit_us);
+  struct StatsBatch {
+    uint64_t delivered = 0, dropped = 0, bytes = 0;
+  } batch_;
   static bool missed_ephemeral(const StreamState &st, const cursor::StreamPosition &p);
   static std::shared_ptr<const std::string> encode_body(const Row &row);
 

@@ -1,0 +1,591 @@
+// The HTTP/SSE listener: libmicrohttpd in external-epoll mode, no threads.
+//
+// The caller waits on poll_fd(), an epoll set of our own that holds each MHD
+// daemon's epoll fd (one daemon per listening socket) and, with EPOLLRDHUP,
+// the socket of every SSE connection. MHD does not watch a suspended
+// connection, so without that second part a client that closes an idle
+// stream would only be noticed when a heartbeat write fails (two heartbeats
+// later: the first write after the peer's close only earns an RST).
+//
+// Request/response flow: see callbacks.cpp. Timers (heartbeats, idle
+// timeout, slowloris deadlines, graceful-close deadlines) run in run(), and
+// timeout_ms() folds their next deadline into MHD_get_timeout().
+#include "server_impl.hpp"
+
+#include "core/sse.hpp"
+#include "http/listen.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace pgbs::http {
+namespace {
+
+constexpr uint64_t kConnTag = 1ull << 63; // outer epoll data: SSE socket vs daemon index
+constexpr int64_t kGracefulCloseMs = 5000; // a stream being ended gets this long to flush
+constexpr size_t kMaxLogLines = 100;
+
+// Ends a TCP connection now, whatever MHD is doing with it: the fd stays
+// valid (MHD still owns and closes it) but every further read sees EOF and
+// write fails, and the close sends RST instead of waiting on a peer that does
+// not read. MHD notices through its epoll set (EPOLLHUP).
+void kill_socket(int fd) {
+  if (fd < 0)
+    return;
+  const linger lg{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  ::shutdown(fd, SHUT_RDWR);
+}
+
+} // namespace
+
+int64_t mono_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t wall_us() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// ---- lifecycle ---------------------------------------------------------------
+
+Server::Impl::~Impl() { shutdown(0); }
+
+bool Server::Impl::start(const Config &c, std::string *err) {
+  if (running) {
+    *err = "already started";
+    return false;
+  }
+  cfg = c;
+  stopping = false;
+  std::vector<int> fds;
+  if (!open_listeners(cfg.listen_addresses, cfg.port, cfg.reuse_port, &fds, &bound_port, err))
+    return false;
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0) {
+    *err = std::string("epoll_create1: ") + strerror(errno);
+    for (int fd : fds)
+      ::close(fd);
+    return false;
+  }
+  // MHD's own limit (its default is ~FD_SETSIZE even with epoll) is set above
+  // ours so that over-capacity SSE clients get a 503 rather than a reset, and
+  // plain requests (/healthz) still get through.
+  const unsigned max_sse = static_cast<unsigned>(std::max(cfg.max_connections, 1));
+  const unsigned mhd_limit = max_sse + std::max(64u, max_sse / 4);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+        &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this, MHD_OPTION_LISTEN_SOCKET,
+        fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        cfg.connection_memory_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        static_cast<unsigned>(std::max(cfg.request_timeout_s, 1)), MHD_OPTION_NOTIFY_COMPLETED,
+        &completed_cb, this, MHD_OPTION_NOTIFY_CONNECTION, &connection_cb, this,
+        MHD_OPTION_URI_LOG_CALLBACK, &uri_cb, this, MHD_OPTION_END);
+    const MHD_DaemonInfo *info = d ? MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD) : nullptr;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = i;
+    if (!d || !info || epoll_ctl(epfd, EPOLL_CTL_ADD, info->epoll_fd, &ev) != 0) {
+      *err = "cannot start the HTTP daemon";
+      if (!log.empty())
+        *err += ": " + log.back();
+      if (d)
+        MHD_stop_daemon(d); // closes fds[i]
+      for (size_t j = i + 1; j < fds.size(); ++j)
+        ::close(fds[j]);
+      stop_daemons();
+      return false;
+    }
+    daemons.push_back(d);
+  }
+  running = true;
+  const int64_t now = mono_ms();
+  next_heartbeat_ms = now + cfg.heartbeat_interval_s * int64_t{1000};
+  return true;
+}
+
+// Stops every daemon (which closes its listening socket and any connection
+// left) and the outer epoll set. Callers make sure nothing is suspended.
+void Server::Impl::stop_daemons() {
+  for (MHD_Daemon *d : daemons)
+    MHD_stop_daemon(d);
+  daemons.clear();
+  if (epfd >= 0)
+    ::close(epfd);
+  epfd = -1;
+  running = false;
+}
+
+void Server::Impl::shutdown(int drain_ms) {
+  if (!running)
+    return;
+  stopping = true;
+  for (MHD_Daemon *d : daemons) {
+    const MHD_socket s = MHD_quiesce_daemon(d); // stop accepting; the socket is ours again
+    if (s != MHD_INVALID_SOCKET)
+      ::close(s);
+  }
+  std::string frame;
+  sse::append_event(frame, "", "pgbus:shutdown", "{}");
+  for (auto &[id, c] : conns) {
+    if (c->phase == Phase::Pending) {
+      c->phase = Phase::Rejecting;
+      c->reject_status = 503;
+      c->reject_body = "server shutting down\n";
+      c->close_reason = "shutdown";
+      wake(c);
+    } else if (c->phase == Phase::Opening || c->phase == Phase::Open) {
+      if (!c->kill && !c->ending)
+        queue_control(c, frame);
+      end_gracefully(c, "shutdown");
+    }
+  }
+  const int64_t deadline = mono_ms() + std::max(drain_ms, 0);
+  while (true) {
+    run();
+    const int64_t now = mono_ms();
+    if (conns.empty() || now >= deadline)
+      break;
+    long wait = static_cast<long>(std::min<int64_t>(deadline - now, 50));
+    const long t = timeout_ms();
+    if (t >= 0 && t < wait)
+      wait = t;
+    pollfd p{epfd, POLLIN, 0};
+    (void)poll(&p, 1, static_cast<int>(wait)); // bounded by drain_ms; leaves events to run()
+  }
+  // Cut what did not flush in time. MHD_stop_daemon must not find a suspended
+  // connection, so everything is resumed (and killed) and MHD runs once more.
+  for (auto &[id, c] : conns)
+    abort_conn(c, "shutdown");
+  mhd_run_all();
+  stop_daemons();
+}
+
+// ---- the loop ------------------------------------------------------------------
+
+void Server::Impl::run() {
+  if (!running)
+    return;
+  need_run = false;
+  drain_epoll();
+  mhd_run_all();
+  timers(mono_ms());
+  if (need_run) { // resumed by a timer, or by open()/push() since the last run
+    need_run = false;
+    mhd_run_all();
+  }
+}
+
+// Runs every daemon; again (a couple of times at most, so the caller's latch
+// is not starved) while MHD reports work it can do at once (timeout 0), e.g.
+// a connection resumed in this pass whose headers went out and whose first
+// body chunk is ready: it is written now, not at the next wake-up.
+void Server::Impl::mhd_run_all() {
+  for (int pass = 0; pass < 3; ++pass) {
+    bool again = false;
+    for (MHD_Daemon *d : daemons) {
+      MHD_run(d);
+      MHD_UNSIGNED_LONG_LONG t = 1;
+      again |= MHD_get_timeout(d, &t) == MHD_YES && t == 0;
+    }
+    if (!again)
+      break;
+  }
+}
+
+long Server::Impl::timeout_ms() const {
+  if (!running)
+    return -1;
+  if (need_run)
+    return 0;
+  const int64_t now = mono_ms();
+  int64_t best = INT64_MAX;
+  for (MHD_Daemon *d : daemons) {
+    MHD_UNSIGNED_LONG_LONG t = 0;
+    if (MHD_get_timeout(d, &t) == MHD_YES)
+      best = std::min<int64_t>(best, static_cast<int64_t>(std::min<MHD_UNSIGNED_LONG_LONG>(t, INT_MAX)));
+  }
+  auto at = [&](int64_t deadline) { best = std::min(best, std::max<int64_t>(deadline - now, 0)); };
+  bool any_open = false;
+  for (const auto &[id, c] : conns)
+    if (c->phase == Phase::Open) {
+      any_open = true;
+      break;
+    }
+  if (any_open && cfg.heartbeat_interval_s > 0)
+    at(next_heartbeat_ms);
+  if (cfg.idle_timeout_s > 0 && next_idle_check_ms != INT64_MAX)
+    at(next_idle_check_ms);
+  if (!waiting.empty())
+    at(waiting.front()->wait_since_ms + cfg.request_timeout_s * int64_t{1000});
+  for (uint64_t id : ending) {
+    auto it = conns.find(id);
+    if (it != conns.end())
+      at(it->second->end_deadline_ms);
+  }
+  if (!decide_by.empty())
+    at(decide_by.front().first);
+  return best == INT64_MAX ? -1 : static_cast<long>(std::min<int64_t>(best, LONG_MAX));
+}
+
+// Picks up closed SSE sockets (EPOLLRDHUP). Daemon entries need nothing here:
+// MHD_run() reads its own epoll set.
+void Server::Impl::drain_epoll() {
+  epoll_event evs[64];
+  const int n = epoll_wait(epfd, evs, 64, 0);
+  for (int i = 0; i < n; ++i) {
+    if (!(evs[i].data.u64 & kConnTag))
+      continue;
+    auto it = conns.find(evs[i].data.u64 & ~kConnTag);
+    if (it == conns.end())
+      continue;
+    unwatch(it->second);
+    abort_conn(it->second, "client");
+  }
+}
+
+void Server::Impl::timers(int64_t now) {
+  const int64_t req_ms = std::max(cfg.request_timeout_s, 1) * int64_t{1000};
+  while (!waiting.empty() && waiting.front()->wait_since_ms + req_ms <= now) {
+    Sock *s = waiting.front();
+    request_arrived(s); // takes it off the list
+    kill_socket(s->fd); // slowloris: MHD's own timeout restarts on every byte
+  }
+  if (!ending.empty()) {
+    std::vector<uint64_t> still;
+    for (uint64_t id : ending) {
+      auto it = conns.find(id);
+      if (it == conns.end() || it->second->kill)
+        continue;
+      if (now >= it->second->end_deadline_ms)
+        abort_conn(it->second, it->second->close_reason);
+      else
+        still.push_back(id);
+    }
+    ending.swap(still);
+  }
+  while (!decide_by.empty()) { // decided entries go; undecided ones get a 503 when due
+    auto it = conns.find(decide_by.front().second);
+    const bool undecided = it != conns.end() && it->second->phase == Phase::Pending;
+    if (undecided && decide_by.front().first > now)
+      break;
+    decide_by.pop_front();
+    if (undecided) {
+      Conn *c = it->second;
+      c->phase = Phase::Rejecting;
+      c->reject_status = 503;
+      c->reject_body = "no decision on this request\n";
+      c->close_reason = "server";
+      wake(c);
+    }
+  }
+  if (cfg.heartbeat_interval_s > 0 && now >= next_heartbeat_ms)
+    heartbeats(now);
+  if (cfg.idle_timeout_s > 0 && now >= next_idle_check_ms)
+    idle_check(now);
+}
+
+// One comment frame, encoded once and shared, to every open stream that has
+// nothing queued (a stream with data queued does not need one).
+void Server::Impl::heartbeats(int64_t now) {
+  next_heartbeat_ms = now + cfg.heartbeat_interval_s * int64_t{1000};
+  std::string text;
+  sse::append_comment(text, "heartbeat " + std::to_string(static_cast<long long>(time(nullptr))));
+  auto body = std::make_shared<const std::string>(std::move(text));
+  for (auto &[id, c] : conns) {
+    if (c->phase != Phase::Open || c->ending || c->kill || !c->queue.empty())
+      continue;
+    OutFrame f;
+    f.body = body;
+    f.control = true;
+    c->queue.push(std::move(f));
+    wake(c);
+  }
+}
+
+// Ends streams that got nothing but heartbeats for longer than idle_timeout_s
+// (exactly the threshold is not idle), then schedules the next check at the
+// earliest moment another one can become idle.
+void Server::Impl::idle_check(int64_t now) {
+  const int64_t idle_ms = cfg.idle_timeout_s * int64_t{1000};
+  next_idle_check_ms = INT64_MAX;
+  for (auto &[id, c] : conns) {
+    if ((c->phase != Phase::Open && c->phase != Phase::Opening) || c->ending || c->kill)
+      continue;
+    if (now - c->last_activity_ms > idle_ms)
+      end_gracefully(c, "idle");
+    else
+      next_idle_check_ms = std::min(next_idle_check_ms, c->last_activity_ms + idle_ms + 1);
+  }
+}
+
+// ---- per-connection helpers ----------------------------------------------------
+
+void Server::Impl::wake(Conn *c) {
+  if (!c->suspended)
+    return;
+  c->suspended = false;
+  MHD_resume_connection(c->mhd);
+  need_run = true;
+}
+
+void Server::Impl::suspend(Conn *c) {
+  MHD_suspend_connection(c->mhd);
+  c->suspended = true;
+}
+
+void Server::Impl::watch(Conn *c) {
+  if (c->watched || c->fd < 0)
+    return;
+  epoll_event ev{};
+  ev.events = EPOLLRDHUP; // not EPOLLIN: bytes a client sends after its request are no signal
+  ev.data.u64 = c->id | kConnTag;
+  c->watched = epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0;
+}
+
+void Server::Impl::unwatch(Conn *c) {
+  if (!c->watched)
+    return;
+  epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+  c->watched = false;
+}
+
+// The stream ends after what is queued has been written (final chunk, then
+// the TCP connection closes); a client that does not read gets kGracefulCloseMs.
+void Server::Impl::end_gracefully(Conn *c, const std::string &reason) {
+  if (c->ending || c->kill)
+    return;
+  if (c->close_reason.empty())
+    c->close_reason = reason;
+  c->ending = true;
+  c->end_deadline_ms = mono_ms() + kGracefulCloseMs;
+  ending.push_back(c->id);
+  wake(c);
+}
+
+void Server::Impl::abort_conn(Conn *c, const std::string &reason) {
+  if (c->close_reason.empty())
+    c->close_reason = reason;
+  if (!c->kill) {
+    c->kill = true;
+    kill_socket(c->fd);
+  }
+  wake(c);
+}
+
+void Server::Impl::queue_control(Conn *c, std::string text) {
+  OutFrame f;
+  f.body = std::make_shared<const std::string>(std::move(text));
+  f.control = true;
+  c->queue.push(std::move(f));
+}
+
+// At most one gap notice waits in a queue; drops seen meanwhile are reported
+// by the next one, queued when the first has been written.
+void Server::Impl::note_gap(Conn *c, uint64_t dropped) {
+  if (c->gap_queued) {
+    c->gap_unreported += dropped;
+    return;
+  }
+  std::string frame;
+  sse::append_event(frame, "", "pgbus:gap-detected",
+                    "{\"reason\":\"overflow\",\"dropped\":" + std::to_string(dropped) + "}");
+  queue_control(c, std::move(frame));
+  c->gap_queued = true;
+}
+
+void Server::Impl::wait_for_request(Sock *s, int64_t now) {
+  request_arrived(s);
+  s->waiting = true;
+  s->wait_since_ms = now;
+  s->wait_it = waiting.insert(waiting.end(), s);
+}
+
+void Server::Impl::request_arrived(Sock *s) {
+  if (!s->waiting)
+    return;
+  waiting.erase(s->wait_it);
+  s->waiting = false;
+}
+
+void Server::Impl::add_log(std::string line) {
+  if (log.size() >= kMaxLogLines)
+    log.pop_front();
+  log.push_back(std::move(line));
+}
+
+// ---- public interface ---------------------------------------------------------
+
+Server::Server() : impl_(std::make_unique<Impl>()) {}
+Server::~Server() = default;
+
+bool Server::start(const Config &cfg, std::string *err) { return impl_->start(cfg, err); }
+
+void Server::reconfigure(const Config &c) {
+  Impl &m = *impl_;
+  const Config old = m.cfg;
+  m.cfg = c;
+  // Fixed while running: sockets and MHD's per-connection settings.
+  m.cfg.listen_addresses = old.listen_addresses;
+  m.cfg.port = old.port;
+  m.cfg.reuse_port = old.reuse_port;
+  m.cfg.connection_memory_limit = old.connection_memory_limit;
+  for (auto &[id, conn] : m.conns)
+    conn->queue.set_limits(c.queue_max_events, c.queue_max_bytes, c.overflow_policy);
+  const int64_t now = mono_ms();
+  m.next_heartbeat_ms = now + m.cfg.heartbeat_interval_s * int64_t{1000};
+  m.next_idle_check_ms = m.cfg.idle_timeout_s > 0 ? now : INT64_MAX;
+}
+
+int Server::poll_fd() const { return impl_->running ? impl_->epfd : -1; }
+long Server::timeout_ms() const { return impl_->timeout_ms(); }
+void Server::run() { impl_->run(); }
+
+std::vector<Request> Server::take_pending() {
+  std::vector<Request> out;
+  for (uint64_t id : impl_->pending) {
+    auto it = impl_->conns.find(id);
+    if (it == impl_->conns.end() || it->second->phase != Phase::Pending || it->second->kill)
+      continue; // gone (or going) before anyone saw it: nothing to report later
+    it->second->handed_out = true;
+    out.push_back(std::move(it->second->req));
+  }
+  impl_->pending.clear();
+  return out;
+}
+
+std::vector<std::pair<uint64_t, std::string>> Server::take_closed() {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  out.swap(impl_->closed);
+  return out;
+}
+
+void Server::reject(uint64_t conn_id, int status, const std::string &reason) {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end() || it->second->phase != Phase::Pending)
+    return;
+  Conn *c = it->second;
+  c->phase = Phase::Rejecting;
+  c->reject_status = status >= 400 && status <= 599 ? status : 500;
+  c->reject_body = reason;
+  if (c->reject_body.empty() || c->reject_body.back() != '\n')
+    c->reject_body.push_back('\n');
+  if (c->close_reason.empty())
+    c->close_reason = "server";
+  impl_->wake(c);
+}
+
+void Server::open(uint64_t conn_id, std::string preamble) {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end() || it->second->phase != Phase::Pending)
+    return;
+  Conn *c = it->second;
+  c->phase = Phase::Opening;
+  if (!preamble.empty()) {
+    OutFrame f;
+    f.head = std::move(preamble);
+    f.control = true;
+    c->queue.push(std::move(f));
+  }
+  c->last_activity_ms = mono_ms();
+  if (impl_->cfg.idle_timeout_s > 0)
+    impl_->next_idle_check_ms = std::min(
+        impl_->next_idle_check_ms, c->last_activity_ms + impl_->cfg.idle_timeout_s * int64_t{1000} + 1);
+  impl_->wake(c);
+}
+
+OverflowPolicy Server::policy() const { return impl_->cfg.overflow_policy; }
+
+OutQueue::PushResult Server::push(uint64_t conn_id, OutFrame frame) {
+  using R = OutQueue::PushResult;
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end())
+    return R::DroppedNewest; // unknown: ignored
+  Conn *c = it->second;
+  if ((c->phase != Phase::Opening && c->phase != Phase::Open) || c->ending || c->kill)
+    return R::DroppedNewest; // not streaming (any more)
+  const bool control = frame.control;
+  const uint64_t dropped_before = c->queue.dropped();
+  const R r = c->queue.push(std::move(frame));
+  const uint64_t dropped = c->queue.dropped() - dropped_before;
+  c->last_activity_ms = mono_ms();
+  switch (r) {
+  case R::Queued:
+    c->data_queued += control ? 0 : 1;
+    break;
+  case R::DroppedOldest:
+    c->data_queued++;
+    c->evicted += dropped;
+    impl_->note_gap(c, dropped);
+    break;
+  case R::DroppedNewest:
+    impl_->note_gap(c, dropped);
+    break;
+  case R::MustDisconnect:
+    impl_->abort_conn(c, "overflow");
+    return r;
+  }
+  impl_->wake(c);
+  return r;
+}
+
+void Server::close(uint64_t conn_id, const std::string &reason) {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end())
+    return;
+  Conn *c = it->second;
+  if (c->phase == Phase::Pending) {
+    c->close_reason = reason;
+    reject(conn_id, 503, reason);
+    return;
+  }
+  if (c->phase == Phase::Opening || c->phase == Phase::Open)
+    impl_->end_gracefully(c, reason);
+}
+
+void Server::set_handler(const std::string &path, Handler h) {
+  if (h)
+    impl_->handlers[path] = std::move(h);
+  else
+    impl_->handlers.erase(path);
+}
+
+void Server::shutdown(int drain_ms) { impl_->shutdown(drain_ms); }
+
+size_t Server::connection_count() const { return impl_->conns.size(); }
+
+size_t Server::queued_events(uint64_t conn_id) const {
+  auto it = impl_->conns.find(conn_id);
+  return it == impl_->conns.end() ? 0 : it->second->queue.events();
+}
+
+std::vector<ConnectionInfo> Server::connections() const {
+  std::vector<ConnectionInfo> out;
+  out.reserve(impl_->conns.size());
+  for (const auto &[id, c] : impl_->conns)
+    out.push_back(ConnectionInfo{id, c->remote_addr, c->connected_at_us, c->queue.events(),
+                                 c->queue.bytes(), c->delivered, c->queue.dropped()});
+  return out;
+}
+
+int Server::port() const { return impl_->bound_port; }
+
+std::vector<std::string> Server::take_log() {
+  std::vector<std::string> out(impl_->log.begin(), impl_->log.end());
+  impl_->log.clear();
+  return out;
+}
+
+} // namespace pgbs::http

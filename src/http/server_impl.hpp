@@ -1,0 +1,172 @@
+// Internals of http::Server shared by server.cpp (lifecycle, public API,
+// timers) and callbacks.cpp (everything libmicrohttpd calls). Not part of the
+// public interface.
+//
+// Object lifetimes:
+//  - Sock: one TCP connection, created/freed by MHD_OPTION_NOTIFY_CONNECTION.
+//    Tracks the slowloris deadline (a request must be complete within
+//    request_timeout_s of the connection start or of the previous response).
+//  - Conn: one HTTP request, created by the URI log callback (called once per
+//    request, before headers are parsed) and freed when MHD reports the
+//    request completed (or, as a fallback, when its socket closes). An SSE
+//    request becomes an entry of Impl::conns from the moment it is pending
+//    until it completes; that entry is what take_closed() reports.
+#pragma once
+#include "core/no_postgres.hpp"
+#include "http/request.hpp"
+#include "http/server.hpp"
+
+#include <microhttpd.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pgbs::http {
+
+int64_t mono_ms(); // CLOCK_MONOTONIC in milliseconds
+int64_t wall_us(); // CLOCK_REALTIME in microseconds
+
+struct Conn;
+
+struct Sock {
+  int fd = -1;
+  Conn *current = nullptr; // the request being served on this socket, if any
+  bool waiting = false;    // on Impl::waiting (a request is due)
+  int64_t wait_since_ms = 0;
+  std::list<Sock *>::iterator wait_it;
+};
+
+enum class Kind { None, Sse, Handler, Preflight };
+
+enum class Phase {
+  Request,   // being routed
+  Pending,   // SSE, suspended, waiting for open() / reject()
+  Rejecting, // reject() called; answered when MHD calls the handler again
+  Opening,   // open() called; 200 queued when MHD calls the handler again
+  Open,      // streaming
+};
+
+struct Conn {
+  Conn(uint64_t id_, const Config &cfg)
+      : id(id_), queue(cfg.queue_max_events, cfg.queue_max_bytes, cfg.overflow_policy) {}
+
+  uint64_t id;
+  void *owner = nullptr; // the Server::Impl (the content reader's only way back)
+  MHD_Connection *mhd = nullptr;
+  Sock *sock = nullptr;
+  int fd = -1;
+  std::string raw_uri;
+  bool uri_too_long = false;
+  int calls = 0; // access handler calls so far
+  bool http10 = false;
+  Kind kind = Kind::None;
+  std::string handler_path;
+  Phase phase = Phase::Request;
+  bool registered = false; // in Impl::conns (an SSE connection)
+  bool handed_out = false; // returned by take_pending(): its end is reported
+  bool suspended = false;  // as far as we asked MHD (resume clears it at once)
+  bool watched = false;    // fd in the outer epoll set (EPOLLRDHUP)
+  Request req;
+  std::string origin, remote_addr;
+
+  int reject_status = 0;
+  std::string reject_body;
+
+  OutQueue queue;
+  int64_t connected_at_us = 0;
+  int64_t last_activity_ms = 0; // open() or the last push(); heartbeats do not count
+  uint64_t data_queued = 0;     // data frames that entered the queue
+  uint64_t evicted = 0;         // data frames evicted by drop_oldest
+  uint64_t copied = 0;          // data frames fully handed to MHD
+  uint64_t delivered = 0;       // data frames MHD has written to the socket
+  bool gap_queued = false;      // a gap notice is in the queue, not yet written
+  uint64_t gap_unreported = 0;  // drops since that notice was queued
+
+  bool ending = false; // graceful end: END_OF_STREAM once the queue is flushed
+  bool kill = false;   // abort: END_WITH_ERROR at the next reader call
+  std::string close_reason;
+  int64_t end_deadline_ms = 0;
+};
+
+struct Server::Impl {
+  Config cfg;
+  bool running = false;
+  bool stopping = false; // shutdown() in progress: no new SSE connections
+  int bound_port = -1;
+  int epfd = -1; // outer epoll: MHD's epoll fds + watched SSE sockets
+  std::vector<MHD_Daemon *> daemons;
+  std::vector<int> listen_fds; // -1 once handed back to MHD_stop_daemon
+  uint64_t next_id = 0;
+
+  std::unordered_map<uint64_t, Conn *> conns; // SSE connections, pending to open
+  std::vector<uint64_t> pending;                          // not yet taken
+  std::deque<std::pair<int64_t, uint64_t>> decide_by;     // (deadline, id), in arrival order
+  std::vector<std::pair<uint64_t, std::string>> closed;
+  std::map<std::string, Handler> handlers;
+  std::list<Sock *> waiting; // sockets owing a request, oldest first
+  std::vector<uint64_t> ending;
+  std::deque<std::string> log;
+
+  bool need_run = false; // a resume happened outside MHD_run
+  int64_t next_heartbeat_ms = 0;
+  int64_t next_idle_check_ms = INT64_MAX;
+
+  ~Impl();
+
+  // server.cpp
+  bool start(const Config &c, std::string *err);
+  void run();
+  long timeout_ms() const;
+  void timers(int64_t now);
+  void heartbeats(int64_t now);
+  void idle_check(int64_t now);
+  void drain_epoll();
+  void mhd_run_all();
+  void shutdown(int drain_ms);
+  void stop_daemons();
+  void wake(Conn *c);
+  void suspend(Conn *c);
+  void watch(Conn *c);
+  void unwatch(Conn *c);
+  void end_gracefully(Conn *c, const std::string &reason);
+  void abort_conn(Conn *c, const std::string &reason);
+  void queue_control(Conn *c, std::string text);
+  void note_gap(Conn *c, uint64_t dropped);
+  void wait_for_request(Sock *s, int64_t now);
+  void request_arrived(Sock *s);
+  void add_log(std::string line);
+
+  // callbacks.cpp
+  void *on_uri(const char *uri, MHD_Connection *mc);
+  MHD_Result on_access(MHD_Connection *mc, const char *method, size_t *upload_size, void **cls);
+  MHD_Result first_call(Conn *c, MHD_Connection *mc, const char *method);
+  MHD_Result final_call(Conn *c, MHD_Connection *mc);
+  MHD_Result answer(Conn *c, MHD_Connection *mc, unsigned status, const std::string &body,
+                    const char *content_type,
+                    const std::vector<std::pair<const char *, std::string>> &extra);
+  MHD_Result open_stream(Conn *c, MHD_Connection *mc);
+  ssize_t on_read(Conn *c, char *buf, size_t max);
+  void on_completed(MHD_Connection *mc, void **cls, MHD_RequestTerminationCode toe);
+  void on_connection(MHD_Connection *mc, void **socket_cls, MHD_ConnectionNotificationCode code);
+  void finish(Conn *c, MHD_RequestTerminationCode toe);
+
+  // Trampolines handed to libmicrohttpd; each catches every exception.
+  static void *uri_cb(void *cls, const char *uri, MHD_Connection *mc);
+  static MHD_Result access_cb(void *cls, MHD_Connection *mc, const char *url, const char *method,
+                              const char *version, const char *upload_data, size_t *upload_size,
+                              void **con_cls);
+  static ssize_t reader_cb(void *cls, uint64_t pos, char *buf, size_t max);
+  static void completed_cb(void *cls, MHD_Connection *mc, void **con_cls,
+                           MHD_RequestTerminationCode toe);
+  static void connection_cb(void *cls, MHD_Connection *mc, void **socket_cls,
+                            MHD_ConnectionNotificationCode code);
+  static void log_cb(void *cls, const char *fmt, va_list ap);
+};
+
+} // namespace pgbs::http

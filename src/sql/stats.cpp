@@ -1,0 +1,75 @@
+// SQL-callable readers of the figures the workers keep in shared memory.
+// Plain PostgreSQL C API only (no C++ objects), so errors cannot skip a
+// destructor.
+#include "shmem/shared.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+PG_FUNCTION_INFO_V1(pgbus_stream_stream_stats);
+PG_FUNCTION_INFO_V1(pgbus_stream_worker_stats);
+}
+
+// _stream_stats(): one row per stream of this database known to shared memory.
+extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
+  ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+  InitMaterializedSRF(fcinfo, 0);
+  pgbs::shmem::Shared *s = pgbs::shmem::shared();
+  int64 now = (int64)GetCurrentTimestamp();
+  for (int i = 0; i < s->max_streams; i++) {
+    pgbs::shmem::StreamEntry *e = &s->streams[i];
+    if (e->stream_id == 0 || e->dboid != MyDatabaseId)
+      continue;
+    pgbs::shmem::StreamStats *st = &e->stats;
+    Datum values[10];
+    bool nulls[10] = {false};
+    values[0] = Int64GetDatum(e->stream_id);
+    values[1] = Int64GetDatum((int64)pg_atomic_read_u64(&st->subscribers));
+    values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&e->events));
+    values[3] = Int64GetDatum((int64)pg_atomic_read_u64(&st->delivered));
+    values[4] = Int64GetDatum((int64)pg_atomic_read_u64(&st->overflow_dropped));
+    values[5] = Int64GetDatum((int64)pg_atomic_read_u64(&st->failed));
+    values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&st->bytes_queued));
+    values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&e->max_committed));
+    double p50, p99;
+    if (pgbs::shmem::latency_percentiles(&st->latency, now, &p50, &p99)) {
+      values[8] = Float8GetDatum(p50);
+      values[9] = Float8GetDatum(p99);
+    } else {
+      nulls[8] = nulls[9] = true;
+    }
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
+
+// _worker_stats(): one row per running worker.
+extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
+  ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+  InitMaterializedSRF(fcinfo, 0);
+  pgbs::shmem::Shared *s = pgbs::shmem::shared();
+  for (int i = 0; i < pgbs::shmem::kMaxWorkers; i++) {
+    uint32 pid = pg_atomic_read_u32(&s->worker_pid[i]);
+    if (pid == 0)
+      continue;
+    pgbs::shmem::WorkerStats *w = &s->worker_stats[i];
+    Datum values[8];
+    bool nulls[8] = {false};
+    values[0] = Int32GetDatum(i);
+    values[1] = Int32GetDatum((int32)pid);
+    values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&w->connections));
+    values[3] = Int64GetDatum((int64)pg_atomic_read_u64(&w->delivered));
+    values[4] = Int64GetDatum((int64)pg_atomic_read_u64(&w->dropped));
+    values[5] = Int64GetDatum((int64)pg_atomic_read_u64(&w->overruns));
+    values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&w->events_read));
+    values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&s->ring_overflows));
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
