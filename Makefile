@@ -18,7 +18,8 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-unused-parameter -Wno-
 SHLIB_LINK  = $(shell pkg-config --libs libmicrohttpd) -lstdc++
 EXTRA_CLEAN = tmp_check_regress results regression.diffs regression.out
 
-# No LLVM bitcode for C++ sources.
+# Track header dependencies (.deps/); no LLVM bitcode for C++ sources.
+autodepend = yes
 override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)

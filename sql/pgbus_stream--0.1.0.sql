@@ -298,3 +298,11 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
     FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
    ORDER BY s.name
 $$;
+
+-- connections() shows each live SSE connection (refreshed by its worker
+-- about twice a second).
+CREATE FUNCTION @extschema@.connections(
+  OUT id text, OUT worker int, OUT streams text, OUT remote_addr text, OUT connected_at timestamptz,
+  OUT cursor text, OUT queued_events bigint, OUT queued_bytes bigint, OUT delivered bigint,
+  OUT dropped bigint, OUT state text, OUT subscriber text)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C;

@@ -21,6 +21,7 @@
 
 #include "common.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -246,6 +247,7 @@ struct Shared {
     bool started = false;
     int64_t start_ns = 0;
     int64_t end_ns = 0;
+    int64_t hard_end_ns = 0;   // a paced run that falls behind stops here
 };
 
 struct Worker {
@@ -253,7 +255,7 @@ struct Worker {
     const Opts* o = nullptr;
     Shared* sh = nullptr;
     std::vector<uint32_t> seq;
-    uint64_t sent = 0, errors = 0, late = 0;
+    uint64_t sent = 0, errors = 0, late = 0, abandoned = 0;
     int64_t max_lag_ns = 0;
     Histogram call_us;
     std::string first_error;
@@ -332,6 +334,10 @@ struct Worker {
             if (paced) {
                 int64_t due = sh->start_ns + offset + int64_t(double(k) * interval_ns);
                 if (due >= sh->end_ns) break;
+                if (now >= sh->hard_end_ns) {   // far behind schedule: stop, count what was not sent
+                    abandoned = uint64_t(double(sh->end_ns - due) / interval_ns);
+                    break;
+                }
                 if (now < due) {
                     struct timespec ts{time_t(due / 1000000000), long(due % 1000000000)};
                     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {}
@@ -408,6 +414,7 @@ int main(int argc, char** argv) {
         if (!sh.failed) {
             sh.start_ns = mono_ns() + 20000000;   // 20 ms from now, same for all threads
             sh.end_ns = sh.start_ns + int64_t(o.duration * 1e9);
+            sh.hard_end_ns = sh.end_ns + int64_t(std::max(5.0, o.duration) * 1e9);
             sh.started = true;
         }
         sh.cv.notify_all();
@@ -428,7 +435,7 @@ int main(int argc, char** argv) {
     }
 
     Histogram all;
-    uint64_t sent = 0, errors = 0, late = 0;
+    uint64_t sent = 0, errors = 0, late = 0, abandoned = 0;
     int64_t max_lag = 0;
     double cpu_user = 0, cpu_sys = 0;
     std::string first_error;
@@ -436,6 +443,7 @@ int main(int argc, char** argv) {
         sent += w.sent;
         errors += w.errors;
         late += w.late;
+        abandoned += w.abandoned;
         if (w.max_lag_ns > max_lag) max_lag = w.max_lag_ns;
         const auto& b = w.call_us.buckets();
         for (size_t i = 0; i < b.size(); ++i) all.add_bucket(int(i), b[i]);
@@ -477,6 +485,7 @@ int main(int argc, char** argv) {
     j.kvu("errors", errors);
     j.kvd("rate_achieved", wall > 0 ? double(sent) / wall : 0, 1);
     j.kvu("late_sends", late);
+    j.kvu("abandoned_behind_schedule", abandoned);
     j.kvd("max_lag_ms", double(max_lag) / 1e6, 3);
     j.histogram("call_latency_us", all);
     j.kvd("cpu_user_s", cpu_user, 3);

@@ -72,6 +72,7 @@ struct Opts {
     std::string ready_event;               // e.g. pgbus:connected
     std::string per_conn_out;
     std::string label;
+    bool quickack = false;                 // TCP_QUICKACK after every read
 };
 
 void usage() {
@@ -94,6 +95,7 @@ void usage() {
             "  --ready-file F        written when all connections are up\n"
             "  --ready-event NAME    a connection counts as up once this SSE event arrived\n"
             "  --per-conn-out F      write per-connection lines to F.<proc>\n"
+            "  --quickack            re-arm TCP_QUICKACK after every read (no delayed ACKs)\n"
             "  --label L             copied into the JSON\n");
 }
 
@@ -123,6 +125,7 @@ Opts parse_opts(int argc, char** argv) {
         else if (a == "--ready-event") o.ready_event = need();
         else if (a == "--per-conn-out") o.per_conn_out = need();
         else if (a == "--label") o.label = need();
+        else if (a == "--quickack") o.quickack = true;
         else if (a == "-h" || a == "--help") { usage(); exit(0); }
         else { usage(); die("unknown option %s", a.c_str()); }
     }
@@ -586,6 +589,10 @@ struct Child {
             }
             if (r == 0) { close_conn(c, "eof"); return; }
             now_rt = realtime_us();
+            if (o.quickack) {
+                int one = 1;
+                setsockopt(c.fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+            }
             bytes += uint64_t(r);
             bool alive = (c.state == ST_HEADERS) ? headers_feed(li, rbuf.data(), size_t(r))
                                                  : body_feed(c, rbuf.data(), size_t(r));
@@ -634,8 +641,20 @@ struct Child {
             if (!ramp_done) {
                 bool timed_out = now - t_start > int64_t(o.ramp_timeout * 1e6);
                 if (timed_out) {
-                    for (auto& c : conns)
-                        if (!c.ready && c.state != ST_CLOSED) close_conn(c, "ramp_timeout");
+                    for (auto& c : conns) {
+                        if (c.ready || c.state == ST_CLOSED) continue;
+                        if (c.state == ST_INIT) {   // never started: no handshake in flight
+                            c.state = ST_CLOSED;
+                            ++failed;
+                            err("ramp_timeout:not_started");
+                            continue;
+                        }
+                        const char* st = c.state == ST_CONNECTING ? "ramp_timeout:connecting"
+                                       : c.state == ST_SENDING ? "ramp_timeout:sending_request"
+                                       : c.state == ST_HEADERS ? "ramp_timeout:awaiting_headers"
+                                       : "ramp_timeout:awaiting_ready_event";
+                        close_conn(c, st);
+                    }
                     next_start = conns.size();
                 }
                 if (next_start == conns.size() && inflight == 0) {
@@ -1002,6 +1021,7 @@ int main(int argc, char** argv) {
     j.kvi("conns", o.conns);
     j.kvi("procs", o.procs);
     j.kvi("src_addrs", int64_t(o.src_addrs.size()));
+    j.kv("quickack", o.quickack);
     j.kvd("warmup_s", o.warmup, 1);
     j.kvd("duration_s", o.duration, 1);
     j.kvd("ramp_s", ramp_s, 3);

@@ -35,7 +35,6 @@ constexpr size_t kBlockSizeHttp10 = 16 * 1024;
 constexpr size_t kBlockSizeChunked = 1024;
 constexpr const char *kTextPlain = "text/plain; charset=utf-8";
 
-
 std::string format_addr(const sockaddr *sa) {
   char ip[INET6_ADDRSTRLEN] = "?";
   if (!sa)
@@ -169,6 +168,8 @@ MHD_Result Server::Impl::on_access(MHD_Connection *mc, const char *method, size_
   c->mhd = mc;
   if (++c->calls == 1)
     return first_call(c, mc, method);
+  if (c->kill)
+    return MHD_NO; // aborted while suspended (client gone, shutdown): just close
   switch (c->phase) {
   case Phase::Request:
     return final_call(c, mc);
@@ -195,7 +196,8 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
     request_arrived(c->sock);
   if (const MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD))
     c->fd = ci->connect_fd;
-  if (const MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS))
+  if (const MHD_ConnectionInfo *ci =
+          MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS))
     c->remote_addr = format_addr(ci->client_addr);
   c->origin = header(mc, "Origin");
 
@@ -283,7 +285,8 @@ MHD_Result Server::Impl::final_call(Conn *c, MHD_Connection *mc) {
     pending.push_back(c->id);
     // A request the caller never decides is answered 503 (see Config::request_timeout_s),
     // so that a bug upstream cannot pin connections and their memory forever.
-    decide_by.emplace_back(mono_ms() + 3 * int64_t{1000} * std::max(cfg.request_timeout_s, 1), c->id);
+    decide_by.emplace_back(mono_ms() + 3 * int64_t{1000} * std::max(cfg.request_timeout_s, 1),
+                           c->id);
     suspend(c);
     watch(c);
     return MHD_YES;
@@ -296,8 +299,8 @@ MHD_Result Server::Impl::final_call(Conn *c, MHD_Connection *mc) {
 MHD_Result Server::Impl::answer(Conn *c, MHD_Connection *mc, unsigned status,
                                 const std::string &body, const char *content_type,
                                 const std::vector<std::pair<const char *, std::string>> &extra) {
-  MHD_Response *r = MHD_create_response_from_buffer(
-      body.size(), const_cast<char *>(body.data()), MHD_RESPMEM_MUST_COPY);
+  MHD_Response *r = MHD_create_response_from_buffer(body.size(), const_cast<char *>(body.data()),
+                                                    MHD_RESPMEM_MUST_COPY);
   if (!r)
     return MHD_NO;
   bool ok = true;
@@ -315,10 +318,8 @@ MHD_Result Server::Impl::answer(Conn *c, MHD_Connection *mc, unsigned status,
 }
 
 MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
-  MHD_Response *r =
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN,
-                                        c->http10 ? kBlockSizeHttp10 : kBlockSizeChunked,
-                                        &reader_cb, c, nullptr);
+  MHD_Response *r = MHD_create_response_from_callback(
+      MHD_SIZE_UNKNOWN, c->http10 ? kBlockSizeHttp10 : kBlockSizeChunked, &reader_cb, c, nullptr);
   if (!r)
     return MHD_NO;
   bool ok = MHD_add_response_header(r, "content-type", "text/event-stream") == MHD_YES &&
@@ -334,6 +335,7 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
   // request_timeout_s guards requests, not streams: a quiet stream is legitimate.
   MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   c->phase = Phase::Open;
+  ++open_count;
   return MHD_YES;
 }
 
@@ -385,6 +387,8 @@ void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
   if (c->registered) {
     unwatch(c);
     conns.erase(c->id);
+    if (c->phase == Phase::Open)
+      --open_count;
     if (c->handed_out)
       closed.emplace_back(c->id, c->close_reason.empty() ? close_reason_for(toe) : c->close_reason);
     // A stream ended by the server (final chunk sent) also ends its TCP
@@ -400,7 +404,8 @@ void Server::Impl::on_connection(MHD_Connection *mc, void **socket_cls,
                                  MHD_ConnectionNotificationCode code) {
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     auto *s = new Sock;
-    if (const MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD))
+    if (const MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD))
       s->fd = ci->connect_fd;
     *socket_cls = s;
     wait_for_request(s, mono_ms());

@@ -120,8 +120,8 @@ int open_one(const Addr &a, bool reuse_port, std::string *err) {
 
 } // namespace
 
-bool open_listeners(const std::string &addresses, int port, bool reuse_port,
-                    std::vector<int> *fds, int *bound_port, std::string *err) {
+bool open_listeners(const std::string &addresses, int port, bool reuse_port, std::vector<int> *fds,
+                    int *bound_port, std::string *err) {
   std::vector<Addr> addrs;
   if (!expand(addresses, &addrs, err))
     return false;

@@ -16,7 +16,7 @@ namespace pgbs::http {
 // has no IPv6. Sockets are nonblocking and close-on-exec. With port 0 the
 // first socket gets an ephemeral port and the others reuse it.
 // On failure closes what it opened and returns false with *err set.
-bool open_listeners(const std::string &addresses, int port, bool reuse_port,
-                    std::vector<int> *fds, int *bound_port, std::string *err);
+bool open_listeners(const std::string &addresses, int port, bool reuse_port, std::vector<int> *fds,
+                    int *bound_port, std::string *err);
 
 } // namespace pgbs::http

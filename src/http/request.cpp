@@ -172,8 +172,7 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
     break;
   case Route::Signed: {
     std::string name;
-    if (!percent_decode(t.path.substr(kSignedPrefix.size()), false, &name) ||
-        trim(name).empty()) {
+    if (!percent_decode(t.path.substr(kSignedPrefix.size()), false, &name) || trim(name).empty()) {
       *reason = "bad signed stream name";
       return 400;
     }

@@ -28,7 +28,7 @@
 namespace pgbs::http {
 namespace {
 
-constexpr uint64_t kConnTag = 1ull << 63; // outer epoll data: SSE socket vs daemon index
+constexpr uint64_t kConnTag = 1ull << 63;  // outer epoll data: SSE socket vs daemon index
 constexpr int64_t kGracefulCloseMs = 5000; // a stream being ended gets this long to flush
 constexpr size_t kMaxLogLines = 100;
 
@@ -215,16 +215,11 @@ long Server::Impl::timeout_ms() const {
   for (MHD_Daemon *d : daemons) {
     MHD_UNSIGNED_LONG_LONG t = 0;
     if (MHD_get_timeout(d, &t) == MHD_YES)
-      best = std::min<int64_t>(best, static_cast<int64_t>(std::min<MHD_UNSIGNED_LONG_LONG>(t, INT_MAX)));
+      best = std::min<int64_t>(best,
+                               static_cast<int64_t>(std::min<MHD_UNSIGNED_LONG_LONG>(t, INT_MAX)));
   }
   auto at = [&](int64_t deadline) { best = std::min(best, std::max<int64_t>(deadline - now, 0)); };
-  bool any_open = false;
-  for (const auto &[id, c] : conns)
-    if (c->phase == Phase::Open) {
-      any_open = true;
-      break;
-    }
-  if (any_open && cfg.heartbeat_interval_s > 0)
+  if (open_count > 0 && cfg.heartbeat_interval_s > 0)
     at(next_heartbeat_ms);
   if (cfg.idle_timeout_s > 0 && next_idle_check_ms != INT64_MAX)
     at(next_idle_check_ms);
@@ -501,8 +496,9 @@ void Server::open(uint64_t conn_id, std::string preamble) {
   }
   c->last_activity_ms = mono_ms();
   if (impl_->cfg.idle_timeout_s > 0)
-    impl_->next_idle_check_ms = std::min(
-        impl_->next_idle_check_ms, c->last_activity_ms + impl_->cfg.idle_timeout_s * int64_t{1000} + 1);
+    impl_->next_idle_check_ms =
+        std::min(impl_->next_idle_check_ms,
+                 c->last_activity_ms + impl_->cfg.idle_timeout_s * int64_t{1000} + 1);
   impl_->wake(c);
 }
 

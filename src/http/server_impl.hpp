@@ -104,9 +104,10 @@ struct Server::Impl {
   std::vector<int> listen_fds; // -1 once handed back to MHD_stop_daemon
   uint64_t next_id = 0;
 
-  std::unordered_map<uint64_t, Conn *> conns; // SSE connections, pending to open
-  std::vector<uint64_t> pending;                          // not yet taken
-  std::deque<std::pair<int64_t, uint64_t>> decide_by;     // (deadline, id), in arrival order
+  std::unordered_map<uint64_t, Conn *> conns;         // SSE connections, pending to open
+  size_t open_count = 0;                              // those in Phase::Open
+  std::vector<uint64_t> pending;                      // not yet taken
+  std::deque<std::pair<int64_t, uint64_t>> decide_by; // (deadline, id), in arrival order
   std::vector<std::pair<uint64_t, std::string>> closed;
   std::map<std::string, Handler> handlers;
   std::list<Sock *> waiting; // sockets owing a request, oldest first

@@ -17,6 +17,9 @@ static Shared *g_shared = nullptr;
 
 static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
 
+// connections() rows per worker: its share of max_connections at start.
+static int conns_per_worker() { return (guc::max_connections + guc::workers - 1) / guc::workers + 16; }
+
 static void init_stream_stats(StreamStats *st) {
   pg_atomic_init_u64(&st->subscribers, 0);
   pg_atomic_init_u64(&st->delivered, 0);
@@ -35,13 +38,14 @@ Size shmem_size() {
   Size sz = MAXALIGN(sizeof(Shared));
   sz = add_size(sz, MAXALIGN(mul_size(guc::max_streams, sizeof(StreamEntry))));
   sz = add_size(sz, MAXALIGN(mul_size(slot_count(), sizeof(BackendSlot))));
+  sz = add_size(sz, MAXALIGN(mul_size(mul_size(guc::workers, conns_per_worker()), sizeof(ConnSnapshot))));
   sz = add_size(sz, ring_bytes());
   return sz;
 }
 
 void shmem_request() {
   RequestAddinShmemSpace(shmem_size());
-  RequestNamedLWLockTranche("pgbus_stream", 2);
+  RequestNamedLWLockTranche("pgbus_stream", 2 + kMaxWorkers);
 }
 
 void shmem_startup() {
@@ -77,6 +81,17 @@ void shmem_startup() {
   p += MAXALIGN(mul_size(s->max_streams, sizeof(StreamEntry)));
   s->slots = (BackendSlot *)p;
   p += MAXALIGN(mul_size(s->nslots, sizeof(BackendSlot)));
+  for (int w = 0; w < kMaxWorkers; w++) {
+    WorkerConns *wc = &s->worker_conns[w];
+    if (!found) {
+      wc->lock = &GetNamedLWLockTranche("pgbus_stream")[2 + w].lock;
+      wc->count = 0;
+      wc->capacity = w < guc::workers ? conns_per_worker() : 0;
+    }
+    wc->items = (ConnSnapshot *)p;
+    p += wc->capacity * sizeof(ConnSnapshot);
+  }
+  p = (char *)MAXALIGN(p);
   s->ring = p;
   if (!found) {
     for (int i = 0; i < s->max_streams; i++) {

@@ -77,6 +77,25 @@ struct WorkerStats {
   pg_atomic_uint64 bytes_sent;
 };
 
+// A live connection as shown by connections(); written by its worker about
+// twice a second.
+struct ConnSnapshot {
+  uint64 conn_id;
+  int64 connected_at_us; // Unix epoch microseconds
+  int64 queued_events, queued_bytes, delivered, dropped;
+  char remote[48];
+  char streams[128];
+  char cursor[256];
+  char subscriber[64];
+  char state[16];
+};
+struct WorkerConns {
+  LWLock *lock;
+  int count;
+  int capacity;
+  ConnSnapshot *items;
+};
+
 struct Shared {
   LWLock *ring_lock;    // appending to / copying from the ring
   LWLock *streams_lock; // creating StreamEntry rows
@@ -90,6 +109,7 @@ struct Shared {
   Latch *worker_latch[kMaxWorkers];
   pg_atomic_uint32 worker_pid[kMaxWorkers];
   WorkerStats worker_stats[kMaxWorkers];
+  WorkerConns worker_conns[kMaxWorkers];
   StreamEntry *streams; // max_streams entries, open addressing
   BackendSlot *slots;   // one per PGPROC
   char *ring;

@@ -11,9 +11,12 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
+#include "datatype/timestamp.h"
+#include "storage/lwlock.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_stream_stats);
 PG_FUNCTION_INFO_V1(pgbus_stream_worker_stats);
+PG_FUNCTION_INFO_V1(pgbus_stream_connections);
 }
 
 // _stream_stats(): one row per stream of this database known to shared memory.
@@ -70,6 +73,53 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&w->events_read));
     values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&s->ring_overflows));
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
+
+// connections(): one row per live SSE connection, from every worker.
+extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
+  ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+  InitMaterializedSRF(fcinfo, 0);
+  pgbs::shmem::Shared *s = pgbs::shmem::shared();
+  for (int w = 0; w < pgbs::shmem::kMaxWorkers; w++) {
+    pgbs::shmem::WorkerConns *wc = &s->worker_conns[w];
+    if (wc->capacity == 0)
+      continue;
+    // Copy under the lock, build tuples after releasing it.
+    LWLockAcquire(wc->lock, LW_SHARED);
+    int n = wc->count;
+    pgbs::shmem::ConnSnapshot *copy =
+        (pgbs::shmem::ConnSnapshot *)palloc(sizeof(pgbs::shmem::ConnSnapshot) * (n + 1));
+    memcpy(copy, wc->items, sizeof(pgbs::shmem::ConnSnapshot) * n);
+    LWLockRelease(wc->lock);
+    for (int i = 0; i < n; i++) {
+      pgbs::shmem::ConnSnapshot *c = &copy[i];
+      Datum values[12];
+      bool nulls[12] = {false};
+      char idbuf[24];
+      snprintf(idbuf, sizeof(idbuf), "%016llx", (unsigned long long)c->conn_id);
+      values[0] = CStringGetTextDatum(idbuf);
+      values[1] = Int32GetDatum(w);
+      values[2] = CStringGetTextDatum(c->streams);
+      values[3] = CStringGetTextDatum(c->remote);
+      // Unix microseconds -> TimestampTz (microseconds since 2000-01-01)
+      values[4] = TimestampTzGetDatum((TimestampTz)(c->connected_at_us -
+                                                    ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
+                                                     SECS_PER_DAY * USECS_PER_SEC)));
+      values[5] = CStringGetTextDatum(c->cursor);
+      values[6] = Int64GetDatum(c->queued_events);
+      values[7] = Int64GetDatum(c->queued_bytes);
+      values[8] = Int64GetDatum(c->delivered);
+      values[9] = Int64GetDatum(c->dropped);
+      values[10] = CStringGetTextDatum(c->state);
+      if (c->subscriber[0])
+        values[11] = CStringGetTextDatum(c->subscriber);
+      else
+        nulls[11] = true;
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    pfree(copy);
   }
   return (Datum)0;
 }

@@ -374,6 +374,7 @@ void Hub::subscribe(const http::Request &req) {
   Conn c;
   c.id = req.conn_id;
   c.multi = req.streams.size() > 1;
+  c.subscriber = req.subscriber;
   for (const std::string &name : req.streams) {
     StreamState *st = find_by_name(name);
     if (st == nullptr) {
@@ -491,9 +492,11 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
     std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
   for (const Row &r : rows) {
     sub.page_after = r.msg_id;
-    if (sub.pos.covers(r.msg_id))
-      continue;
-    deliver_to(c, sub, r, encode_body(r));
+    // Every visible id below this row has been sent; below the stream's
+    // horizon the ones not returned will never be visible, so the token folds them.
+    sub.pos.advance(std::min(r.msg_id - 1, sub.st->pos.horizon));
+    if (!sub.pos.covers(r.msg_id))
+      deliver_to(c, sub, r, encode_body(r));
   }
   flush_stats(*sub.st, 0);
   if (last_page) {
@@ -556,6 +559,24 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
     if (!p.covers(id))
       return true;
   return false;
+}
+
+bool Hub::describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,
+                   std::string *state) const {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end())
+    return false;
+  const Conn &c = it->second;
+  streams->clear();
+  bool replaying = false;
+  for (const Sub &s : c.subs) {
+    *streams += (streams->empty() ? "" : ",") + s.st->info.name;
+    replaying |= s.replaying;
+  }
+  *cursor = conn_token(c);
+  *subscriber = c.subscriber;
+  *state = replaying ? "replaying" : "live";
+  return true;
 }
 
 void Hub::closed(uint64_t conn_id) {

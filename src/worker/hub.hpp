@@ -53,7 +53,11 @@ public:
   void closed(uint64_t conn_id);
   // Continues paged replays whose connection has room; true while some remain.
   bool continue_replays();
+  bool replays_pending() const { return !replaying_.empty(); }
   const HubCounters &counters() const { return counters_; }
+  // What connections() shows of one connection; false for unknown ids.
+  bool describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,
+                std::string *state) const;
 
 private:
   struct StreamState {
@@ -76,6 +80,7 @@ private:
   struct Conn {
     uint64_t id;
     bool multi = false;
+    std::string subscriber;
     std::vector<Sub> subs;
   };
 

@@ -23,6 +23,7 @@ extern "C" {
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void pgbus_stream_worker_main(Datum arg);
@@ -45,6 +46,10 @@ void detach_latch(int, Datum) {
   shmem::Shared *s = shmem::shared();
   s->worker_latch[worker_index] = nullptr;
   pg_atomic_write_u32(&s->worker_pid[worker_index], 0);
+  shmem::WorkerConns *wc = &s->worker_conns[worker_index];
+  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
+  wc->count = 0;
+  LWLockRelease(wc->lock);
 }
 
 http::Config http_config() {
@@ -72,6 +77,46 @@ void publish_stats(const Hub &hub, const http::Server &server) {
   pg_atomic_write_u64(&ws->events_read, c.events);
 }
 
+void copy_text(char *dst, size_t cap, const std::string &src) {
+  size_t n = std::min(cap - 1, src.size());
+  memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+// Rewrites this worker's rows of connections() (called about twice a second).
+void publish_connections(const Hub &hub, const http::Server &server) {
+  shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_index];
+  std::vector<http::ConnectionInfo> infos = server.connections();
+  std::vector<shmem::ConnSnapshot> rows;
+  rows.reserve(infos.size());
+  std::string streams, cursor, subscriber, state;
+  for (const http::ConnectionInfo &ci : infos) {
+    if ((int)rows.size() >= wc->capacity)
+      break;
+    if (!hub.describe(ci.conn_id, &streams, &cursor, &subscriber, &state))
+      continue; // not yet decided
+    shmem::ConnSnapshot r;
+    memset(&r, 0, sizeof(r));
+    r.conn_id = ci.conn_id;
+    r.connected_at_us = ci.connected_at_us;
+    r.queued_events = (int64)ci.queued_events;
+    r.queued_bytes = (int64)ci.queued_bytes;
+    r.delivered = (int64)ci.delivered;
+    r.dropped = (int64)ci.dropped;
+    copy_text(r.remote, sizeof(r.remote), ci.remote_addr);
+    copy_text(r.streams, sizeof(r.streams), streams);
+    copy_text(r.cursor, sizeof(r.cursor), cursor);
+    copy_text(r.subscriber, sizeof(r.subscriber), subscriber);
+    copy_text(r.state, sizeof(r.state), state);
+    rows.push_back(r);
+  }
+  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
+  if (!rows.empty())
+    memcpy(wc->items, rows.data(), rows.size() * sizeof(shmem::ConnSnapshot));
+  wc->count = (int)rows.size();
+  LWLockRelease(wc->lock);
+}
+
 // Runs the loop until SIGTERM or a fatal setup error; returns the exit code.
 int run() {
   http::Server server;
@@ -96,8 +141,11 @@ int run() {
   pg::log("worker " + std::to_string(worker_index) + " listening on port " + std::to_string(guc::port));
 
   bool replays_pending = false;
+  int64 last_snapshot_ms = 0;
   while (!got_sigterm) {
     long timeout = listening ? server.timeout_ms() : -1;
+    if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
+      timeout = 500; // connections() stays within a second of reality
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
     WaitEvent events[3];
@@ -117,11 +165,17 @@ int run() {
       hub.cycle();
       if (!listening)
         continue;
-      server.run();
-      for (auto &[cid, reason] : server.take_closed())
-        hub.closed(cid);
-      std::vector<http::Request> pending = server.take_pending();
-      if (!pending.empty()) {
+      replays_pending = hub.continue_replays();
+      // Requests are read by MHD while it runs; a request read by the last
+      // run() of a round is decided in the next round of this loop, not after
+      // the next wake-up.
+      for (int round = 0; round < 8; round++) {
+        server.run();
+        for (auto &[cid, reason] : server.take_closed())
+          hub.closed(cid);
+        std::vector<http::Request> pending = server.take_pending();
+        if (pending.empty())
+          break;
         hub.cycle(); // bring every stream up to date before replays start
         for (const http::Request &r : pending) {
           try {
@@ -131,9 +185,13 @@ int run() {
           }
         }
       }
-      replays_pending = hub.continue_replays();
-      server.run(); // write what this round queued without waiting for the next wake-up
+      replays_pending = hub.replays_pending();
       publish_stats(hub, server);
+      int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
+      if (now_ms - last_snapshot_ms >= 500) {
+        publish_connections(hub, server);
+        last_snapshot_ms = now_ms;
+      }
     } catch (const pg::Error &e) {
       // A failed read (e.g. a queue table dropped under us) must not kill the worker.
       pg::warn(std::string("worker error: ") + e.what());

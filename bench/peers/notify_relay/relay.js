@@ -9,7 +9,12 @@
 //
 // Environment: PORT (default 8090), HOST (127.0.0.1), PG* / DATABASE_URL for
 // the LISTEN connection (libpq-style variables, as the pg package reads them),
-// HEARTBEAT_MS (15000).
+// HEARTBEAT_MS (15000), MAX_RSS_MB (4096).
+//
+// Like most hand-written relays it has no backpressure: a subscriber that
+// cannot keep up makes node buffer without bound. As a guard for the shared
+// benchmark machine (not a feature) the process exits with code 70 once its
+// RSS passes MAX_RSS_MB; the benchmark reports that as "server_died".
 const http = require('http');
 const { Client } = require('pg');
 
@@ -80,6 +85,16 @@ server.keepAliveTimeout = 0;
 server.requestTimeout = 0;
 server.headersTimeout = 60000;
 server.maxConnections = 1000000;
+
+const MAX_RSS = parseInt(process.env.MAX_RSS_MB || '4096', 10) * 1024 * 1024;
+const guard = setInterval(() => {
+  const rss = process.memoryUsage.rss();
+  if (rss > MAX_RSS) {
+    console.error(`relay: RSS ${Math.round(rss / 1048576)} MB above MAX_RSS_MB, exiting (unbounded buffering)`);
+    process.exit(70);
+  }
+}, 100);
+guard.unref();
 
 const hb = setInterval(() => {
   const line = `: heartbeat ${Math.floor(Date.now() / 1000)}\n\n`;

@@ -1,0 +1,190 @@
+'use strict';
+// Merges the per-scenario pieces written by bench/run.sh into <name>.json,
+// summary.json and results.md, and draws throughput.png / latency.png with
+// gnuplot when it is installed.
+//   node bench/lib/report.js <results-dir>
+const fs = require('fs');
+const path = require('path');
+const { spawnSync } = require('child_process');
+
+const dir = process.argv[2];
+if (!dir) { console.error('usage: report.js <results-dir>'); process.exit(2); }
+
+const readJson = (f) => {
+  try { return JSON.parse(fs.readFileSync(f, 'utf8')); } catch (e) { return null; }
+};
+
+const raw = fs.existsSync(path.join(dir, 'raw')) ? path.join(dir, 'raw') : dir;
+const run = readJson(path.join(raw, '_run.meta.json')) || {};
+const metas = fs.readdirSync(raw)
+  .filter((f) => f.endsWith('.meta.json') && f !== '_run.meta.json')
+  .map((f) => f.slice(0, -'.meta.json'.length))
+  .sort();
+
+const rows = [];
+for (const name of metas) {
+  const meta = readJson(path.join(raw, `${name}.meta.json`)) || {};
+  const r = { name, ...meta };
+  const client = readJson(path.join(raw, `${name}.client.json`));
+  const pub = readJson(path.join(raw, `${name}.publisher.json`));
+  if (client) r.client = client;
+  if (pub) r.publisher = pub;
+  const pgb = path.join(raw, `${name}.pgbench.txt`);
+  if (fs.existsSync(pgb)) r.pgbench_output = fs.readFileSync(pgb, 'utf8');
+  fs.writeFileSync(path.join(dir, `${name}.json`), JSON.stringify(r, null, 2) + '\n');
+  rows.push(r);
+}
+fs.writeFileSync(path.join(dir, 'summary.json'), JSON.stringify({ run, scenarios: rows }, null, 2) + '\n');
+
+// ---------------------------------------------------------------- table ----
+const SYS_ORDER = { pgbus: 0, nchan: 1, relay: 2 };
+const SYS_NAME = { pgbus: 'pgbus_stream', nchan: 'nginx+nchan', relay: 'NOTIFY relay (node)' };
+const fmt = (v, d = 0) => (v === undefined || v === null || Number.isNaN(v) ? '–' : Number(v).toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+const ms = (us) => (us === undefined || us === null ? '–' : fmt(us / 1000, us < 10000 ? 2 : 1));
+const mb = (kb) => (kb ? fmt(kb / 1024, 1) : '–');
+const pct = (cpu, wall) => (cpu !== undefined && wall ? fmt((100 * cpu) / wall, 0) + '%' : '–');
+const bySys = (a, b) => (a.conns - b.conns) || ((SYS_ORDER[a.system] ?? 9) - (SYS_ORDER[b.system] ?? 9));
+
+const md = [];
+md.push(`# pgbus_stream benchmark — ${run.started || ''}`);
+md.push('');
+md.push(`Machine: ${run.host || '?'}, ${run.cores || '?'} cores; load client, publisher and servers share it. ` +
+  `Run took ${run.elapsed_s || '?'} s${run.quick ? ' (--quick)' : ''}. Fixed rate ${run.rate} msg/s, ` +
+  `${run.duration_s} s per run (first ${run.warmup_s} s not measured), pgbus_stream.workers = ${run.workers}.`);
+md.push('');
+if (run.failures) md.push(`**${run.failures} scenario(s) failed** — see the status column.\n`);
+
+function loadTable(title, scen, note) {
+  const rs = rows.filter((r) => r.scenario === scen).sort(bySys);
+  if (!rs.length) return;
+  md.push(`## ${title}`);
+  md.push('');
+  if (note) { md.push(note); md.push(''); }
+  md.push('| system | subscribers | published msg/s | deliveries/s | p50 ms | p99 ms | max ms | missing | dups | conns ok/failed | server CPU | server peak RSS / PSS MB | client CPU s | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  for (const r of rs) {
+    const c = r.client || {};
+    const p = r.publisher || {};
+    const lat = c.latency_us || {};
+    const loss = c.loss || {};
+    const ccpu = c.client ? (c.client.cpu_user_s + c.client.cpu_sys_s) : undefined;
+    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.conns)}${r.streams > 1 ? ` (${fmt(r.streams)} streams)` : ''} | ` +
+      `${fmt(p.rate_achieved)} | ${fmt(c.deliveries_per_s)} | ${ms(lat.p50)} | ${ms(lat.p99)} | ${ms(lat.max)} | ` +
+      `${fmt(loss.missing_total)}${loss.expectation_known === false ? '*' : ''} | ${fmt(loss.duplicates_total)} | ` +
+      `${fmt(c.connections_ok)}/${fmt(c.connections_failed)} | ${pct(r.server_cpu_s, r.wall_s)} | ` +
+      `${mb(r.server_peak_rss_kb)} / ${mb(r.server_peak_pss_kb)} | ${fmt(ccpu, 1)} | ${r.status || '?'} |`);
+  }
+  md.push('');
+}
+
+loadTable(`Fan-out at a fixed rate (${run.rate} msg/s, one stream)`, 'fanout',
+  'Offered load is rate × subscribers deliveries/s; a system that cannot keep up shows lower deliveries/s, growing latency and, if it drops, missing messages.');
+loadTable('Fan-out at saturation (publisher as fast as it can)', 'saturation',
+  `Publisher: ${rows.find((r) => r.scenario === 'saturation')?.publisher_conns ?? '?'} connections, one message per transaction / request, no pacing.`);
+loadTable('Many streams', 'streams', 'Each subscriber listens to one stream; the publisher round-robins over all streams.');
+
+const idle = rows.filter((r) => r.scenario === 'idle').sort(bySys);
+if (idle.length) {
+  md.push('## Idle connections (memory per connection)');
+  md.push('');
+  md.push('| system | held | RSS before → after MB | PSS before → after MB | per connection RSS / PSS kB | server CPU s while held | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---|');
+  for (const r of idle) {
+    const held = r.connections_held || 0;
+    const per = (a, b) => (held ? fmt((b - a) / held, 1) : '–');
+    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(held)} of ${fmt(r.conns)} | ${mb(r.rss_before_kb)} → ${mb(r.rss_after_kb)} | ` +
+      `${mb(r.pss_before_kb)} → ${mb(r.pss_after_kb)} | ${per(r.rss_before_kb, r.rss_after_kb)} / ${per(r.pss_before_kb, r.pss_after_kb)} | ` +
+      `${fmt(r.server_cpu_s, 2)} | ${r.status} |`);
+  }
+  md.push('');
+}
+
+const prod = rows.filter((r) => r.scenario === 'producer');
+if (prod.length) {
+  md.push('## Producer cost (pgbench, one INSERT per transaction into a PGMQ-layout table)');
+  md.push('');
+  md.push('| variant | clients | tps | avg latency ms | PostgreSQL CPU | vs plain INSERT | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---|');
+  const order = { plain: 0, pgbus_hook: 1, notify_trigger: 2 };
+  prod.sort((a, b) => (a.clients - b.clients) || ((order[a.variant] ?? 9) - (order[b.variant] ?? 9)));
+  const VAR = { plain: 'plain INSERT', pgbus_hook: 'INSERT, table attached to pgbus_stream', notify_trigger: 'INSERT + row trigger pg_notify' };
+  for (const r of prod) {
+    const base = prod.find((x) => x.variant === 'plain' && x.clients === r.clients);
+    const rel = base && base.tps ? fmt((100 * r.tps) / base.tps, 0) + '%' : '–';
+    md.push(`| ${VAR[r.variant] || r.variant} | ${r.clients} | ${fmt(r.tps)} | ${fmt(r.latency_avg_ms, 3)} | ` +
+      `${pct(r.server_cpu_s, r.duration_s)} | ${rel} | ${r.status} |`);
+  }
+  md.push('');
+}
+
+md.push('## How to read this');
+md.push('');
+md.push('- Latency: publisher clock just before the publish call (SQL statement incl. commit, or HTTP POST) to the client reading the event; same host, CLOCK_REALTIME. Log-linear histogram, ~1% resolution.');
+md.push('- deliveries/s: stamped events received by all subscribers in the measurement window, divided by the time between the first and last of them.');
+md.push('- missing / dups: per connection and publisher, `seq` must go 1, 2, 3, … up to the last one the publisher committed; missing counts holes and the unreceived tail, dups counts a seq at or below one already seen. `*` = the publisher\'s final counts never reached the client (only holes counted).');
+md.push('- server CPU: 100% = one core, over the publish + drain time. pgbus_stream and the relay include every PostgreSQL process (the publisher\'s backend too; the relay adds node); nchan counts nginx master + worker.');
+md.push('- server memory: pgbus_stream worker processes; the nginx worker; the node process. PSS splits shared pages (shared_buffers, nchan shm) among their users.');
+md.push('- Producer cost: the NOTIFY trigger has no listener attached; pgbus_stream runs with no subscriber connected.');
+md.push('');
+fs.writeFileSync(path.join(dir, 'results.md'), md.join('\n'));
+
+// ---------------------------------------------------------------- plots ----
+const gp = spawnSync('sh', ['-c', 'command -v gnuplot'], { encoding: 'utf8' });
+if (gp.status !== 0) {
+  console.error('report: gnuplot not installed, no plots');
+  process.exit(0);
+}
+const series = {};   // mode -> system -> [[n, dps, p50ms, p99ms]]
+for (const r of rows) {
+  if ((r.scenario !== 'fanout' && r.scenario !== 'saturation') || !r.client || r.status !== 'ok') continue;
+  const c = r.client;
+  if (!c.deliveries_per_s) continue;
+  ((series[r.scenario] ||= {})[r.system] ||= []).push([r.conns, c.deliveries_per_s, c.latency_us.p50 / 1000, c.latency_us.p99 / 1000]);
+}
+const plotDir = path.join(dir, 'plot');
+fs.mkdirSync(plotDir, { recursive: true });
+const COLORS = { pgbus: '#1f77b4', nchan: '#2ca02c', relay: '#d62728' };
+const panels = { thr: [], lat: [] };
+for (const mode of ['fanout', 'saturation']) {
+  const thr = [];
+  const lat = [];
+  for (const sys of Object.keys(series[mode] || {}).sort((a, b) => (SYS_ORDER[a] ?? 9) - (SYS_ORDER[b] ?? 9))) {
+    const pts = series[mode][sys].sort((a, b) => a[0] - b[0]);
+    const f = path.join(plotDir, `${mode}_${sys}.dat`);
+    fs.writeFileSync(f, '# subscribers deliveries_per_s p50_ms p99_ms\n' + pts.map((p) => p.join(' ')).join('\n') + '\n');
+    const col = COLORS[sys] || '#000000';
+    thr.push(`'${f}' using 1:2 with linespoints lw 2 pt 7 lc rgb '${col}' title '${SYS_NAME[sys] || sys}'`);
+    lat.push(`'${f}' using 1:3 with linespoints lw 2 pt 7 lc rgb '${col}' title '${SYS_NAME[sys] || sys} p50'`);
+    lat.push(`'${f}' using 1:4 with linespoints lw 2 dt 2 pt 5 lc rgb '${col}' title '${SYS_NAME[sys] || sys} p99'`);
+  }
+  const title = mode === 'fanout' ? `fixed rate ${run.rate} msg/s` : 'saturation';
+  if (thr.length) panels.thr.push({ title, plots: thr });
+  if (lat.length) panels.lat.push({ title, plots: lat });
+}
+function draw(file, list, ylabel) {
+  if (!list.length) return;
+  const g = [];
+  g.push(`set terminal pngcairo size ${600 * list.length},520 font 'sans,10'`);
+  g.push(`set output '${path.join(dir, file)}'`);
+  g.push(`set multiplot layout 1,${list.length}`);
+  g.push('set logscale xy');
+  g.push("set xlabel 'subscribers'");
+  g.push(`set ylabel '${ylabel}'`);
+  g.push('set grid');
+  g.push('set key below');
+  for (const p of list) {
+    g.push(`set title '${p.title}'`);
+    g.push('plot ' + p.plots.join(', \\\n     '));
+  }
+  g.push('unset multiplot');
+  const script = path.join(plotDir, file.replace('.png', '.gp'));
+  fs.writeFileSync(script, g.join('\n') + '\n');
+  const res = spawnSync('gnuplot', [script], { encoding: 'utf8' });
+  if (res.status !== 0) console.error(`report: gnuplot failed for ${file}: ${res.stderr}`);
+}
+draw('throughput.png', panels.thr, 'deliveries/s');
+draw('latency.png', panels.lat, 'latency (ms)');
+const pngs = ['throughput.png', 'latency.png'].filter((f) => fs.existsSync(path.join(dir, f)));
+if (pngs.length) {
+  fs.appendFileSync(path.join(dir, 'results.md'), '\n## Plots\n\n' + pngs.map((f) => `![${f}](${f})`).join('\n') + '\n');
+}

@@ -1,0 +1,201 @@
+// Unit tests of the listener's pure parts: request-target parsing, routes,
+// CORS matching (src/http/request.cpp) and listen address expansion
+// (src/http/listen.cpp). GoogleTest; run by `make -C test/http run`.
+#include "http/listen.hpp"
+#include "http/request.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+using namespace pgbs::http;
+
+namespace {
+
+Request fill(std::string_view uri, int *status, std::string *reason = nullptr) {
+  Target t;
+  std::string err;
+  EXPECT_TRUE(parse_target(uri, &t, &err)) << err;
+  Request r;
+  std::string why;
+  *status = fill_sse_request(classify(t.path), t, 4, &r, &why);
+  if (reason)
+    *reason = why;
+  return r;
+}
+
+} // namespace
+
+TEST(PercentDecode, Basics) {
+  std::string out;
+  EXPECT_TRUE(percent_decode("a%20b%2Fc", false, &out));
+  EXPECT_EQ(out, "a b/c");
+  EXPECT_TRUE(percent_decode("a+b", false, &out));
+  EXPECT_EQ(out, "a+b");
+  EXPECT_TRUE(percent_decode("a+b%2B", true, &out));
+  EXPECT_EQ(out, "a b+");
+  EXPECT_TRUE(percent_decode("", true, &out));
+  EXPECT_EQ(out, "");
+}
+
+TEST(PercentDecode, RejectsMalformedAndNul) {
+  std::string out;
+  EXPECT_FALSE(percent_decode("%", false, &out));
+  EXPECT_FALSE(percent_decode("%4", false, &out));
+  EXPECT_FALSE(percent_decode("ab%", false, &out));
+  EXPECT_FALSE(percent_decode("%zz", false, &out));
+  EXPECT_FALSE(percent_decode("a%00b", false, &out));
+  EXPECT_TRUE(percent_decode("%4a%4A", false, &out));
+  EXPECT_EQ(out, "JJ");
+}
+
+TEST(Target, SplitsPathAndQuery) {
+  Target t;
+  std::string err;
+  ASSERT_TRUE(parse_target("/streams?stream=a&&stream=b&flag&x=1%202#frag", &t, &err));
+  EXPECT_EQ(t.path, "/streams");
+  ASSERT_EQ(t.query.size(), 4u);
+  EXPECT_EQ(t.query[0], std::make_pair(std::string("stream"), std::string("a")));
+  EXPECT_EQ(t.query[1], std::make_pair(std::string("stream"), std::string("b")));
+  EXPECT_EQ(t.query[2], std::make_pair(std::string("flag"), std::string("")));
+  EXPECT_EQ(t.query[3], std::make_pair(std::string("x"), std::string("1 2")));
+  EXPECT_FALSE(parse_target("streams", &t, &err));
+  EXPECT_FALSE(parse_target("", &t, &err));
+  EXPECT_FALSE(parse_target("/s?a=%zz", &t, &err));
+}
+
+TEST(Route, Classify) {
+  EXPECT_EQ(classify("/streams"), Route::Streams);
+  EXPECT_EQ(classify("/streams/chat"), Route::Stream);
+  EXPECT_EQ(classify("/streams/"), Route::NotFound);
+  EXPECT_EQ(classify("/pgbus/streams/x"), Route::Signed);
+  EXPECT_EQ(classify("/pgbus/streams/"), Route::NotFound);
+  EXPECT_EQ(classify("/streamsx"), Route::NotFound);
+  EXPECT_EQ(classify("/"), Route::NotFound);
+}
+
+TEST(SseRequest, SingleStream) {
+  int st;
+  Request r = fill("/streams/q%5F1?since=%2042%20&replay=all&subscriber=s1&token=t", &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_EQ(r.streams, std::vector<std::string>{"q_1"});
+  EXPECT_TRUE(r.has_since);
+  EXPECT_EQ(r.since, "42");
+  EXPECT_EQ(r.replay, "all");
+  EXPECT_EQ(r.subscriber, "s1");
+  EXPECT_EQ(r.token, "t");
+}
+
+TEST(SseRequest, BlankIsAbsentAndSinceWins) {
+  int st;
+  Request r = fill("/streams/a?since=&last_event_id=7", &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_TRUE(r.has_since);
+  EXPECT_EQ(r.since, "7");
+  r = fill("/streams/a?since=5&last_event_id=7", &st);
+  EXPECT_EQ(r.since, "5");
+  r = fill("/streams/a?since=+&replay=", &st);
+  EXPECT_FALSE(r.has_since);
+  EXPECT_EQ(r.replay, "");
+}
+
+TEST(SseRequest, MultiStream) {
+  int st;
+  std::string reason;
+  Request r = fill("/streams?stream=a&stream=b&stream=a&stream=", &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_EQ(r.streams, (std::vector<std::string>{"a", "b"}));
+  fill("/streams", &st, &reason);
+  EXPECT_EQ(st, 400);
+  fill("/streams?stream=a&stream=b&stream=c&stream=d&stream=e", &st, &reason);
+  EXPECT_EQ(st, 400) << "max_streams is 4 here";
+  EXPECT_EQ(reason, "too many streams");
+  fill("/streams?stream=a&stream=.bad", &st);
+  EXPECT_EQ(st, 404);
+}
+
+TEST(SseRequest, InvalidNamesAreNotFound) {
+  int st;
+  fill("/streams/a%20b", &st);
+  EXPECT_EQ(st, 404);
+  fill("/streams/a/b", &st);
+  EXPECT_EQ(st, 404);
+  fill("/streams/a%2Fb", &st);
+  EXPECT_EQ(st, 404);
+  fill("/streams/%2e%2e", &st);
+  EXPECT_EQ(st, 404);
+  fill("/streams/" + std::string(129, 'a'), &st);
+  EXPECT_EQ(st, 404);
+  fill("/streams/" + std::string(128, 'a'), &st);
+  EXPECT_EQ(st, 0);
+}
+
+TEST(SseRequest, SignedName) {
+  int st;
+  Request r = fill("/pgbus/streams/ab%2Fc+d%3D%3D--99?since=3", &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_TRUE(r.streams.empty());
+  EXPECT_EQ(r.signed_name, "ab/c+d==--99");
+  EXPECT_EQ(r.since, "3");
+  fill("/pgbus/streams/%20", &st);
+  EXPECT_EQ(st, 400);
+}
+
+TEST(Headers, BearerToken) {
+  std::string tok;
+  EXPECT_TRUE(bearer_token("Bearer abc.def", &tok));
+  EXPECT_EQ(tok, "abc.def");
+  EXPECT_TRUE(bearer_token("  bearer \t xyz  ", &tok));
+  EXPECT_EQ(tok, "xyz");
+  EXPECT_FALSE(bearer_token("Basic abc", &tok));
+  EXPECT_FALSE(bearer_token("Bearer", &tok));
+  EXPECT_FALSE(bearer_token("Bearer   ", &tok));
+  EXPECT_FALSE(bearer_token("Bearerabc", &tok));
+}
+
+TEST(Cors, OriginAllowed) {
+  EXPECT_TRUE(origin_allowed("https://a.example, https://b.example", "https://b.example"));
+  EXPECT_FALSE(origin_allowed("https://a.example", "https://a.example.evil"));
+  EXPECT_FALSE(origin_allowed("https://a.example", ""));
+  EXPECT_FALSE(origin_allowed("", "https://a.example"));
+  EXPECT_TRUE(origin_allowed("*", "null"));
+  EXPECT_TRUE(origin_allowed("https://a.example,*", "https://z.example"));
+}
+
+TEST(Listen, AddressForms) {
+  std::vector<int> fds;
+  int port = -1;
+  std::string err;
+  ASSERT_TRUE(open_listeners("127.0.0.1", 0, true, &fds, &port, &err)) << err;
+  EXPECT_EQ(fds.size(), 1u);
+  EXPECT_GT(port, 0);
+  for (int fd : fds)
+    close(fd);
+  ASSERT_TRUE(open_listeners("localhost", 0, true, &fds, &port, &err)) << err;
+  EXPECT_GE(fds.size(), 1u); // ::1 is skipped on hosts without IPv6
+  for (int fd : fds)
+    close(fd);
+  ASSERT_TRUE(open_listeners("*", 0, true, &fds, &port, &err)) << err;
+  EXPECT_GE(fds.size(), 1u);
+  for (int fd : fds)
+    close(fd);
+  EXPECT_FALSE(open_listeners("db.example.com", 0, true, &fds, &port, &err));
+  EXPECT_NE(err.find("not an IP address"), std::string::npos);
+  EXPECT_FALSE(open_listeners(" , ", 0, true, &fds, &port, &err));
+  EXPECT_FALSE(open_listeners("127.0.0.1", 70000, true, &fds, &port, &err));
+}
+
+TEST(Listen, ReusePortSharesThePort) {
+  std::vector<int> a, b;
+  int pa = -1, pb = -1;
+  std::string err;
+  ASSERT_TRUE(open_listeners("127.0.0.1", 0, true, &a, &pa, &err)) << err;
+  ASSERT_TRUE(open_listeners("127.0.0.1", pa, true, &b, &pb, &err)) << err;
+  EXPECT_EQ(pa, pb);
+  std::vector<int> c;
+  int pc = -1;
+  EXPECT_FALSE(open_listeners("127.0.0.1", pa, false, &c, &pc, &err));
+  for (int fd : a)
+    close(fd);
+  for (int fd : b)
+    close(fd);
+}

@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# test/run_all.sh — the project's single test command.
+#
+#   ./test/run_all.sh                   everything (root or not)
+#   ./test/run_all.sh --skip deps,fuzz  leave stages out
+#   ./test/run_all.sh --only tap        run only these stages (build/install are not implied)
+#   PROVE_TESTS='test/t/001_basic.pl' ./test/run_all.sh --only tap
+#
+# Stages, in order:
+#   deps      install missing Debian packages (apt; as root, or through sudo -n)
+#   build     make (and make -C test/e2e, the TAP tests' helper programs, if present)
+#   install   make install
+#   regress   make installcheck (pg_regress with a temporary instance)
+#   unit      make -C test/unit run             (if test/unit/Makefile exists)
+#   unit-san  make -C test/unit SAN=1 run       (same, clang + ASan/UBSan)
+#   http      make -C test/http run             (if test/http/Makefile exists)
+#   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
+#   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
+#   browser   bash test/browser/run.sh          (if it exists; real headless browser)
+#   logs      every server log of regress and tap: any "terminated by signal"
+#             fails, except kills a TAP test announced (<log>.expected_signals)
+#
+# PostgreSQL refuses to run as root. When this script runs as root (CI does),
+# the stages that start a server (regress, tap) run as the unprivileged user
+# $PGBUS_TEST_USER (default: pgbus, created if missing) in a check directory
+# that user owns; the repository itself is only read. The check directory is
+# $PGBUS_CHECK_DIR, else <repo>/test/t/tmp_check when that user can reach the
+# repository, else /tmp/pgbus_stream_check. Logs stay there after the run.
+#
+# Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
+# PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_MAJOR=15
+PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PGXS_DIR=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
+PG_CONFIG=$PGBIN/pg_config
+PG_REGRESS=$PGXS_DIR/src/test/regress/pg_regress
+PG_PERL=$PGXS_DIR/src/test/perl
+TEST_USER=${PGBUS_TEST_USER:-pgbus}
+FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser logs)
+
+# Debian packages the stages need (build, server, TAP harness, unit tests, demo).
+PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
+	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux)
+
+ONLY=""
+SKIP=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--only) ONLY=",$2,"; shift 2 ;;
+	--only=*) ONLY=",${1#--only=},"; shift ;;
+	--skip) SKIP=",$2,"; shift 2 ;;
+	--skip=*) SKIP=",${1#--skip=},"; shift ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "run_all.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+	esac
+done
+
+for _s in ${ONLY//,/ } ${SKIP//,/ }; do
+	[[ " ${ALL_STAGES[*]} " == *" $_s "* ]] || { echo "run_all.sh: unknown stage '$_s' (stages: ${ALL_STAGES[*]})" >&2; exit 2; }
+done
+
+wanted() {
+	local s=$1
+	[ -n "$ONLY" ] && [[ "$ONLY" != *",$s,"* ]] && return 1
+	[[ "$SKIP" == *",$s,"* ]] && return 1
+	return 0
+}
+
+IS_ROOT=0
+[ "$(id -u)" -eq 0 ] && IS_ROOT=1
+
+log() { printf '\n=== %s\n' "$*"; }
+
+now() { date +%s.%N; }
+
+RESULTS=()    # "stage|status|seconds"
+FAILED=0
+PASSED=0
+
+# run_stage NAME FUNCTION: runs FUNCTION unless NAME is deselected, times it
+# and records PASS / FAIL / SKIP (a function returning 77 means "skipped").
+run_stage() {
+	local name=$1 fn=$2
+	if ! wanted "$name"; then
+		RESULTS+=("$name|not run|0")
+		return 0
+	fi
+	log "stage $name"
+	local t0 t1 rc
+	t0=$(now)
+	"$fn"
+	rc=$?
+	t1=$(now)
+	local secs
+	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+	if [ $rc -eq 0 ]; then
+		RESULTS+=("$name|PASS|$secs")
+		PASSED=$((PASSED + 1))
+	elif [ $rc -eq 77 ]; then
+		RESULTS+=("$name|skipped|$secs")
+	else
+		RESULTS+=("$name|FAIL (exit $rc)|$secs")
+		FAILED=$((FAILED + 1))
+	fi
+	log "stage $name: $(echo "${RESULTS[-1]}" | cut -d'|' -f2) (${secs}s)"
+	return 0
+}
+
+# as_test_user CMD...: runs CMD as the unprivileged test user when root.
+as_test_user() {
+	if [ $IS_ROOT -eq 1 ]; then
+		runuser -u "$TEST_USER" -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# privileged CMD...: runs CMD as root (directly, or through sudo -n).
+privileged() {
+	if [ $IS_ROOT -eq 1 ]; then
+		"$@"
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+		sudo -n "$@"
+	else
+		echo "run_all.sh: need root for: $*" >&2
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------- stages
+
+stage_deps() {
+	local missing=() p
+	for p in "${PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		echo "installing: ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		privileged apt-get update -qq || return 1
+		# No default cluster on port 5432: the tests make their own.
+		if ! dpkg-query -W -f='${Status}' postgresql-common 2>/dev/null | grep -q 'ok installed'; then
+			privileged apt-get install -y -qq --no-install-recommends postgresql-common || return 1
+		fi
+		if [ -f /etc/postgresql-common/createcluster.conf ]; then
+			privileged sed -ri 's/^#?\s*create_main_cluster\s*=.*/create_main_cluster = false/' \
+				/etc/postgresql-common/createcluster.conf || return 1
+		fi
+		privileged apt-get install -y -qq --no-install-recommends "${missing[@]}" || return 1
+	else
+		echo "all packages present"
+	fi
+	if [ $IS_ROOT -eq 1 ] && ! id -u "$TEST_USER" >/dev/null 2>&1; then
+		echo "creating user $TEST_USER (PostgreSQL does not run as root)"
+		useradd --create-home --shell /bin/bash "$TEST_USER" || return 1
+	fi
+	return 0
+}
+
+stage_build() {
+	make -C "$REPO" -j"$JOBS" PG_CONFIG="$PG_CONFIG" || return 1
+	# end-to-end test programs driven by the TAP tests
+	if [ -f "$REPO/test/e2e/Makefile" ]; then
+		make -C "$REPO/test/e2e" || return 1
+	fi
+}
+
+stage_install() {
+	privileged make -C "$REPO" install PG_CONFIG="$PG_CONFIG"
+}
+
+# prepare_check_dir: a fresh directory owned by the test user, holding a copy
+# of what the server stages read (so the repository is never written to by
+# them and needs no ownership change).
+CHECK_DIR=""
+PREPARED=0
+resolve_check_dir() {
+	if [ -n "${PGBUS_CHECK_DIR:-}" ]; then
+		CHECK_DIR=$PGBUS_CHECK_DIR
+	elif as_test_user test -x "$REPO" -a -r "$REPO/Makefile" 2>/dev/null; then
+		CHECK_DIR=$REPO/test/t/tmp_check
+	else
+		CHECK_DIR=/tmp/pgbus_stream_check
+	fi
+}
+prepare_check_dir() {
+	[ $PREPARED -eq 1 ] && return 0
+	if [ $IS_ROOT -eq 1 ] && ! id -u "$TEST_USER" >/dev/null 2>&1; then
+		useradd --create-home --shell /bin/bash "$TEST_USER" || return 1
+	fi
+	resolve_check_dir
+	PREPARED=1
+	rm -rf "$CHECK_DIR"
+	mkdir -p "$CHECK_DIR/tree/test" "$CHECK_DIR/tap" || return 1
+	(cd "$REPO" && cp -R Makefile ./*.control sql "$CHECK_DIR/tree/") || return 1
+	[ -d "$REPO/expected" ] && cp -R "$REPO/expected" "$CHECK_DIR/tree/"
+	cp "$REPO/test/regress.conf" "$CHECK_DIR/tree/test/" 2>/dev/null
+	mkdir -p "$CHECK_DIR/tree/test/t" || return 1
+	cp "$REPO"/test/t/*.pl "$CHECK_DIR/tree/test/t/" 2>/dev/null
+	cp -R "$REPO/test/lib" "$CHECK_DIR/tree/test/" || return 1
+	[ -d "$REPO/test/e2e" ] && cp -R "$REPO/test/e2e" "$CHECK_DIR/tree/test/"
+	if [ $IS_ROOT -eq 1 ]; then
+		chown -R "$TEST_USER:" "$CHECK_DIR" || return 1
+		# The test user must be able to reach the directory.
+		local d=$CHECK_DIR
+		while [ "$d" != / ]; do
+			d=$(dirname "$d")
+			as_test_user test -x "$d" || { echo "$TEST_USER cannot enter $d" >&2; return 1; }
+		done
+	fi
+	echo "check directory: $CHECK_DIR"
+}
+
+stage_regress() {
+	prepare_check_dir || return 1
+	local out=$CHECK_DIR/tree
+	as_test_user env PATH="$PGBIN:$PATH" \
+		make -C "$out" installcheck PG_CONFIG="$PG_CONFIG"
+	local rc=$?
+	if [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ]; then
+		echo "---- $out/regression.diffs (first 200 lines)"
+		head -n 200 "$out/regression.diffs"
+	fi
+	return $rc
+}
+
+make_if_present() {
+	local dir=$1
+	shift
+	if [ ! -f "$REPO/$dir/Makefile" ]; then
+		echo "$dir/Makefile not found: skipped"
+		return 77
+	fi
+	make -C "$REPO/$dir" "$@"
+}
+
+stage_unit() { make_if_present test/unit run; }
+stage_unit_san() { make_if_present test/unit SAN=1 run; }
+stage_http() { make_if_present test/http run; }
+stage_fuzz() { make_if_present test/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"; }
+stage_browser() {
+	if [ ! -f "$REPO/test/browser/run.sh" ]; then
+		echo "test/browser/run.sh not found: skipped"
+		return 77
+	fi
+	bash "$REPO/test/browser/run.sh"
+}
+
+stage_tap() {
+	prepare_check_dir || return 1
+	local tree=$CHECK_DIR/tree tests=()
+	if [ -n "${PROVE_TESTS:-}" ]; then
+		local t
+		for t in $PROVE_TESTS; do tests+=("$tree/test/t/$(basename "$t")"); done
+	else
+		tests=("$tree"/test/t/*.pl)
+	fi
+	if [ ! -f "${tests[0]}" ]; then
+		echo "no TAP test found (${tests[*]})"
+		return 1
+	fi
+	# shellcheck disable=SC2086
+	(cd "$CHECK_DIR/tap" && as_test_user env \
+		PATH="$PGBIN:$PATH" PG_REGRESS="$PG_REGRESS" TESTDIR="$CHECK_DIR/tap" \
+		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" \
+		prove --timer ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}")
+	local rc=$?
+	if [ $rc -ne 0 ]; then
+		echo "---- logs: $CHECK_DIR/tap/tmp_check/log/"
+		ls "$CHECK_DIR/tap/tmp_check/log/" 2>/dev/null
+	fi
+	return $rc
+}
+
+# stage_logs: every server log of this run, checked for processes killed by a
+# signal. A kill a TAP test did on purpose is listed in <log>.expected_signals
+# (one fixed string per line, e.g. "(PID 123) was terminated by signal 9").
+stage_logs() {
+	# Without a server stage in this invocation, check the previous run's logs.
+	[ -n "$CHECK_DIR" ] || resolve_check_dir 2>/dev/null
+	if [ ! -d "$CHECK_DIR" ]; then
+		echo "no check directory ($CHECK_DIR): nothing to check"
+		return 77
+	fi
+	local logs=() f bad=0 n=0 hits
+	while IFS= read -r -d '' f; do logs+=("$f"); done < <(
+		find "$CHECK_DIR" \( -path '*/log/*.log' -o -name 'postmaster.log' \) \
+			! -name 'regress_log_*' -type f -print0 2>/dev/null)
+	for f in "${logs[@]}"; do
+		n=$((n + 1))
+		if [ -s "$f.expected_signals" ]; then
+			hits=$(grep -a 'terminated by signal' "$f" | grep -avF -f "$f.expected_signals")
+		else
+			hits=$(grep -a 'terminated by signal' "$f")
+		fi
+		if [ -n "$hits" ]; then
+			echo "FAIL: $f:"
+			echo "$hits"
+			bad=1
+		fi
+	done
+	echo "$n server log(s) checked"
+	[ $n -gt 0 ] || { echo "no server log found under $CHECK_DIR"; return 1; }
+	return $bad
+}
+
+# ---------------------------------------------------------------- main
+
+START=$(now)
+echo "pgbus_stream: run_all.sh in $REPO ($(id -un), $(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+export PATH="$PGBIN:$PATH"
+
+run_stage deps stage_deps
+run_stage build stage_build
+BUILD_OK=1
+case "${RESULTS[-1]}" in build\|FAIL*) BUILD_OK=0 ;; esac
+if [ $BUILD_OK -eq 1 ]; then
+	run_stage install stage_install
+	case "${RESULTS[-1]}" in install\|FAIL*) BUILD_OK=0 ;; esac
+fi
+if [ $BUILD_OK -eq 1 ]; then
+	run_stage regress stage_regress
+else
+	RESULTS+=("regress|not run (build/install failed)|0")
+	FAILED=$((FAILED + 1))
+fi
+run_stage unit stage_unit
+run_stage unit-san stage_unit_san
+run_stage http stage_http
+run_stage fuzz stage_fuzz
+if [ $BUILD_OK -eq 1 ]; then
+	run_stage tap stage_tap
+else
+	RESULTS+=("tap|not run (build/install failed)|0")
+	FAILED=$((FAILED + 1))
+fi
+if [ $BUILD_OK -eq 1 ]; then
+	run_stage browser stage_browser
+else
+	RESULTS+=("browser|not run (build/install failed)|0")
+fi
+run_stage logs stage_logs
+
+END=$(now)
+log "summary"
+printf '%-10s %-32s %8s\n' stage result seconds
+for r in "${RESULTS[@]}"; do
+	IFS='|' read -r s st secs <<<"$r"
+	printf '%-10s %-32s %8s\n' "$s" "$st" "$secs"
+done
+printf '%-10s %-32s %8s\n' total "" "$(awk -v a="$START" -v b="$END" 'BEGIN { printf "%.1f", b - a }')"
+[ -n "$CHECK_DIR" ] && echo "logs: $CHECK_DIR"
+echo "run_all: $PASSED passed, $FAILED failed"
+[ $FAILED -eq 0 ]
