@@ -36,6 +36,7 @@ char *queue_prefix = nullptr;
 int replay_page_size = 500;
 int shutdown_drain_ms = 1000;
 int memory_retention = 1000;
+char *default_event = nullptr;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -51,6 +52,20 @@ static void startup_shmem() {
   if (prev_shmem_startup_hook)
     prev_shmem_startup_hook();
   pgbs::shmem::shmem_startup();
+}
+
+// An event name the SSE framing can carry: printable ASCII, no spaces (or empty).
+static bool check_event_name(char **newval, void **, GucSource) {
+  const char *v = *newval;
+  size_t n = v ? strlen(v) : 0;
+  if (n > 64)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (v[i] <= ' ' || v[i] > '~') {
+      GUC_check_errdetail("Event names are printable ASCII characters without spaces.");
+      return false;
+    }
+  return true;
 }
 
 static const struct config_enum_entry overflow_options[] = {
@@ -113,6 +128,11 @@ static void define_gucs() {
   DefineCustomIntVariable("pgbus_stream.memory_retention",
                           "Ephemeral broadcasts each worker keeps per stream for reconnecting clients.", nullptr,
                           &memory_retention, 1000, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.default_event",
+                             "SSE event name of broadcasts that name none ('' sends no event line, which "
+                             "EventSource delivers as 'message', as stock Turbo expects).",
+                             nullptr, &default_event, "turbo-stream", PGC_SIGHUP, 0, check_event_name, nullptr,
+                             nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

@@ -22,4 +22,5 @@ extern char *queue_prefix;
 extern int replay_page_size;
 extern int shutdown_drain_ms;
 extern int memory_retention;
+extern char *default_event;
 } // namespace pgbs::guc

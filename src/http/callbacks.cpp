@@ -208,10 +208,6 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
     if (ci->header_size > c->raw_uri.size() + cfg.max_header_bytes)
       return answer(c, mc, 431, "request headers too large\n", kTextPlain, {});
   }
-  const char *clen = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
-  if ((clen && std::string(trim(clen)) != "0") ||
-      MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Transfer-Encoding"))
-    return answer(c, mc, 400, "request body not allowed\n", kTextPlain, {});
 
   Target t;
   std::string reason;
@@ -226,12 +222,22 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
     return MHD_YES;
   }
   if (strcmp(method, "GET") != 0)
-    return answer(c, mc, 405, "method not allowed\n", kTextPlain, {{"Allow", "GET"}});
+    return answer(c, mc, 405, "method not allowed\n", kTextPlain, {{"Allow", "GET, OPTIONS"}});
+  // A GET with a body is malformed (checked after the method, so POST gets 405).
+  const char *clen = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+  if ((clen && std::string(trim(clen)) != "0") ||
+      MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Transfer-Encoding"))
+    return answer(c, mc, 400, "request body not allowed\n", kTextPlain, {});
   if (is_handler) {
     c->kind = Kind::Handler;
     c->handler_path = std::string(t.path);
     return MHD_YES;
   }
+
+  // A browser page from an origin that is not allowed could not read the
+  // stream anyway; refuse it before it holds a connection.
+  if (!cfg.cors_origins.empty() && !c->origin.empty() && !origin_allowed(cfg.cors_origins, c->origin))
+    return answer(c, mc, 403, "origin not allowed\n", kTextPlain, {});
 
   Request &r = c->req;
   r.origin = c->origin;

@@ -17,8 +17,6 @@ namespace pgbs::worker {
 
 namespace {
 
-const char *kDefaultEvent = "turbo-stream";
-
 std::string hex_id(uint64_t id) {
   char buf[32];
   snprintf(buf, sizeof(buf), "%016" PRIx64, id);
@@ -164,7 +162,8 @@ std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where, 
 std::shared_ptr<const std::string> Hub::encode_body(const Row &row) {
   auto body = std::make_shared<std::string>();
   body->reserve(row.data.size() + 48);
-  sse::append_event(*body, "", row.event && !row.event->empty() ? *row.event : kDefaultEvent, row.data);
+  const char *fallback = guc::default_event ? guc::default_event : "";
+  sse::append_event(*body, "", row.event && !row.event->empty() ? *row.event : fallback, row.data);
   return body;
 }
 

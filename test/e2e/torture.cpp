@@ -178,7 +178,8 @@ void subscriber(const Options &o, int index, Subscriber *s, std::atomic<bool> *s
         if (e == std::string::npos)
           continue;
         if (buf.compare(0, 12, "HTTP/1.1 200") != 0) {
-          s->error = "status: " + buf.substr(0, buf.find("\r\n"));
+          s->error = "status: " + buf.substr(0, buf.find("\r\n")) + " for Last-Event-ID " + last_id + " body: " +
+                     buf.substr(e + 4, 200);
           close(fd);
           usleep(100000);
           open = false;

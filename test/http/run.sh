@@ -132,7 +132,8 @@ same_text "CORS: Vary: Origin" "Origin" "$(hdr "$T/h" vary)"
 same_text "CORS: header set" \
   "access-control-allow-origin cache-control content-type date transfer-encoding vary x-accel-buffering " \
   "$(header_names "$T/h")"
-sse 1 -H 'Origin: https://evil.example' "$URL/streams/chat"
+curl -sS -D "$T/h" -o "$T/b" --max-time 2 -H 'Origin: https://evil.example' "$URL/streams/chat"
+same_text "CORS: other origin refused: 403" 403 "$(status "$T/h")"
 same_text "CORS: other origin gets no CORS header" "" "$(hdr "$T/h" access-control-allow-origin)"
 
 curl -sS -D "$T/h" -o /dev/null -X OPTIONS -H 'Origin: https://a.example' \
@@ -151,7 +152,8 @@ same_text "unknown path: 404" 404 "$(code "$URL/nope")"
 same_text "invalid stream name: 404" 404 "$(code "$URL/streams/a%20b")"
 same_text "name with a slash: 404" 404 "$(code "$URL/streams/a/b")"
 same_text "POST: 405" 405 "$(code -X POST "$URL/streams/chat")"
-same_text "  Allow: GET" "GET" "$(hdr "$T/h" allow)"
+same_text "  Allow: GET, OPTIONS" "GET, OPTIONS" "$(hdr "$T/h" allow)"
+same_text "POST with a body: 405" 405 "$(code -X POST --data x "$URL/streams/chat")"
 same_text "HEAD: 405" 405 "$(code -I "$URL/streams/chat")"
 same_text "bad ?since cursor: 400" 400 "$(code "$URL/streams/chat?since=bad")"
 same_text "bad Last-Event-ID: 400" 400 "$(code -H 'Last-Event-ID: bad' "$URL/streams/chat")"
