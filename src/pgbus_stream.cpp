@@ -37,6 +37,7 @@ int replay_page_size = 500;
 int shutdown_drain_ms = 1000;
 int memory_retention = 1000;
 char *default_event = nullptr;
+int cursor_flush_interval_ms = 1000;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -133,6 +134,10 @@ static void define_gucs() {
                              "EventSource delivers as 'message', as stock Turbo expects).",
                              nullptr, &default_event, "turbo-stream", PGC_SIGHUP, 0, check_event_name, nullptr,
                              nullptr);
+  DefineCustomIntVariable("pgbus_stream.cursor_flush_interval",
+                          "How often workers store durable subscribers' cursors (in one batch).", nullptr,
+                          &cursor_flush_interval_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+                          nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

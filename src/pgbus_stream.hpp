@@ -23,4 +23,5 @@ extern int replay_page_size;
 extern int shutdown_drain_ms;
 extern int memory_retention;
 extern char *default_event;
+extern int cursor_flush_interval_ms;
 } // namespace pgbs::guc

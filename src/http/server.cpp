@@ -567,6 +567,15 @@ size_t Server::queued_events(uint64_t conn_id) const {
   return it == impl_->conns.end() ? 0 : it->second->queue.events();
 }
 
+bool Server::progress(uint64_t conn_id, uint64_t *written, uint64_t *dropped) const {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end())
+    return false;
+  *written = it->second->delivered;
+  *dropped = it->second->queue.dropped();
+  return true;
+}
+
 std::vector<ConnectionInfo> Server::connections() const {
   std::vector<ConnectionInfo> out;
   out.reserve(impl_->conns.size());

@@ -187,19 +187,37 @@ std::string Hub::conn_token(const Conn &c) const {
   return out;
 }
 
-void Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body) {
+bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
+                     const cursor::StreamPosition *stream_before) {
+  cursor::StreamPosition before;
   if (!sub.synced) {
     if (sub.replaying && row.msg_id > sub.page_after)
-      return; // the paged replay will read it
+      return true; // the paged replay will read it
     if (sub.pos.covers(row.msg_id))
-      return;
+      return true;
+    before = sub.pos;
     sub.pos.add(row.msg_id);
+  }
+  std::string token = conn_token(c);
+  if (token.size() > cursor::kMaxTokenBytes) {
+    // Too many ids above the horizon to name in a token: hold this id (and
+    // what follows) back until the horizon moves, rather than send an id the
+    // client could not resume from.
+    if (sub.synced) {
+      sub.pos = stream_before ? *stream_before : sub.st->pos;
+      sub.synced = false;
+    } else {
+      sub.pos = std::move(before);
+    }
+    hold(c, sub, row.msg_id);
+    return false;
   }
   // Messages for an audience reach nobody until audiences exist (fail closed).
   if (row.visible_to && !row.visible_to->empty())
-    return;
+    return true;
   OutFrame f;
-  f.head = "id: " + conn_token(c) + "\n";
+  f.head.reserve(token.size() + 5);
+  f.head.append("id: ").append(token).append("\n");
   f.body = body;
   const size_t bytes = f.size();
   auto res = server_.push(c.id, std::move(f));
@@ -207,10 +225,28 @@ void Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
     counters_.delivered++;
     batch_.delivered++;
     batch_.bytes += bytes;
+    if (!c.subscriber.empty())
+      c.pushed_tokens.push_back(std::move(token));
   } else {
     counters_.dropped++;
     batch_.dropped++;
   }
+  return true;
+}
+
+void Hub::hold(Conn &c, Sub &sub, int64_t from_id) {
+  counters_.held_back++;
+  // A live subscription had every visible id below from_id; a replaying one
+  // had every visible id up to page_after.
+  if (!sub.replaying) {
+    sub.replaying = true;
+    sub.page_after = from_id - 1;
+  } else {
+    sub.page_after = std::min(sub.page_after, from_id - 1);
+  }
+  sub.held_at_horizon = sub.st->pos.horizon;
+  if (std::find(replaying_.begin(), replaying_.end(), c.id) == replaying_.end())
+    replaying_.push_back(c.id);
 }
 
 void Hub::flush_stats(StreamState &st, int64_t commit_us) {
@@ -233,6 +269,11 @@ void Hub::flush_stats(StreamState &st, int64_t commit_us) {
 void Hub::dispatch(StreamState &st, const Row &row) {
   if (st.pos.covers(row.msg_id))
     return; // already delivered (catch-up and ring can both carry a row)
+  // Near the token bound, keep the position without this id for holds.
+  const bool near_bound = st.token.size() + 48 > cursor::kMaxTokenBytes;
+  cursor::StreamPosition before;
+  if (near_bound)
+    before = st.pos;
   st.pos.add(row.msg_id);
   st.token.clear();
   st.pos.encode(st.token);
@@ -246,7 +287,7 @@ void Hub::dispatch(StreamState &st, const Row &row) {
       continue;
     for (Sub &sub : it->second.subs)
       if (sub.st == &st)
-        deliver_to(it->second, sub, row, body);
+        deliver_to(it->second, sub, row, body, near_bound ? &before : nullptr);
   }
   flush_stats(st, row.commit_us);
 }
@@ -272,8 +313,13 @@ void Hub::advance_horizons(const HorizonBounds &b) {
       if (it == conns_.end())
         continue;
       for (Sub &sub : it->second.subs) {
-        if (sub.st != st.get() || sub.synced || sub.replaying)
+        if (sub.st != st.get() || sub.synced)
           continue;
+        if (sub.replaying) {
+          // Every visible id up to page_after was sent (replayed, or live).
+          sub.pos.advance(std::min(h, sub.page_after));
+          continue;
+        }
         sub.pos.advance(h);
         if (sub.pos == st->pos)
           sub.synced = true;
@@ -407,6 +453,27 @@ void Hub::subscribe(const http::Request &req) {
       return;
     }
   }
+  if (!text && !req.subscriber.empty()) {
+    // A durable subscriber without an id of its own resumes from its stored cursors.
+    std::vector<std::string> names;
+    for (const Sub &s : c.subs)
+      names.push_back(s.st->info.name);
+    std::string list = "{";
+    for (size_t i = 0; i < names.size(); i++)
+      list += (i ? "," : "") + std::string("\"") + sse::json_escape(names[i]) + "\"";
+    list += "}";
+    pg::SpiTx tx;
+    pg::Table t = tx.query("SELECT stream, cursor FROM pgbus_stream.subscribers WHERE id = $1 AND stream = ANY($2::text[])",
+                           {pg::Arg::txt(req.subscriber), pg::Arg::txt(list)});
+    tx.commit();
+    for (size_t r = 0; r < t.rows(); r++) {
+      cursor::StreamPosition p;
+      if (cursor::parse_stream(t.at(r, 1).value_or(""), &p, nullptr))
+        cur.streams.emplace_back(t.at(r, 0).value_or(""), p);
+    }
+    if (!cur.streams.empty())
+      text = &req.subscriber; // marks "a cursor was given"
+  }
   int64_t replay_n = -1; // -1: none; INT64_MAX: all
   if (!text && !req.replay.empty()) {
     if (req.replay == "all")
@@ -470,6 +537,8 @@ void Hub::subscribe(const http::Request &req) {
     needs_replay |= s.replaying;
   }
   uint64_t cid = c.id;
+  if (!c.subscriber.empty())
+    subscriber_conns_.push_back(cid);
   conns_.emplace(cid, std::move(c));
   if (needs_replay) {
     replaying_.push_back(cid);
@@ -490,12 +559,14 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
   if (rows.size() != table_rows)
     std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
   for (const Row &r : rows) {
-    sub.page_after = r.msg_id;
     // Every visible id below this row has been sent; below the stream's
     // horizon the ones not returned will never be visible, so the token folds them.
     sub.pos.advance(std::min(r.msg_id - 1, sub.st->pos.horizon));
-    if (!sub.pos.covers(r.msg_id))
-      deliver_to(c, sub, r, encode_body(r));
+    sub.page_after = r.msg_id; // hold() moves it back below r if r is held
+    if (!sub.pos.covers(r.msg_id) && !deliver_to(c, sub, r, encode_body(r))) {
+      flush_stats(*sub.st, 0);
+      return false; // held back: continue when the horizon moves
+    }
   }
   flush_stats(*sub.st, 0);
   if (last_page) {
@@ -522,7 +593,14 @@ bool Hub::continue_replays() {
       if (!sub.replaying)
         continue;
       // Flow control: a page only when the connection's queue has room for it.
-      while (sub.replaying && server_.queued_events(cid) + page <= (size_t)guc::queue_max_events)
+      // A held sub waits for its stream's horizon to move.
+      if (sub.held_at_horizon >= 0 && sub.held_at_horizon == sub.st->pos.horizon) {
+        pending = true;
+        continue;
+      }
+      sub.held_at_horizon = -1;
+      while (sub.replaying && sub.held_at_horizon < 0 &&
+             server_.queued_events(cid) + page <= (size_t)guc::queue_max_events)
         replay_page(c, sub, (int64_t)page);
       pending |= sub.replaying;
     }
@@ -560,6 +638,73 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
   return false;
 }
 
+void Hub::track_written() {
+  for (uint64_t cid : subscriber_conns_) {
+    auto it = conns_.find(cid);
+    if (it == conns_.end())
+      continue;
+    Conn &c = it->second;
+    uint64_t written = 0, dropped = 0;
+    if (c.cursor_frozen || !server_.progress(cid, &written, &dropped))
+      continue;
+    if (dropped > 0) {
+      // A dropped frame sits before later written ones: the stored cursor
+      // stays at the last id before it; the client was told (gap-detected).
+      c.cursor_frozen = true;
+      continue;
+    }
+    if (written <= c.tokens_base)
+      continue;
+    while (c.tokens_base + 1 < written && !c.pushed_tokens.empty()) {
+      c.pushed_tokens.pop_front();
+      c.tokens_base++;
+    }
+    if (c.pushed_tokens.empty())
+      continue;
+    if (c.written_token != c.pushed_tokens.front()) {
+      c.written_token = c.pushed_tokens.front();
+      note_written_token(c);
+    }
+  }
+}
+
+// Splits the connection's last written id into per-stream positions.
+void Hub::note_written_token(const Conn &c) {
+  if (c.written_token.empty())
+    return;
+  cursor::Cursor cur;
+  std::string err;
+  if (!cursor::parse(c.written_token, &cur, &err))
+    return;
+  for (auto &[name, pos] : cur.streams) {
+    std::string text;
+    pos.encode(text);
+    const std::string &stream = name.empty() ? c.subs[0].st->info.name : name;
+    dirty_cursors_[{c.subscriber, stream}] = text;
+  }
+}
+
+void Hub::flush_cursors() {
+  if (dirty_cursors_.empty())
+    return;
+  std::string json = "[";
+  for (auto &[key, token] : dirty_cursors_) {
+    if (json.size() > 1)
+      json += ',';
+    json += "{\"id\":\"" + sse::json_escape(key.first) + "\",\"stream\":\"" + sse::json_escape(key.second) +
+            "\",\"cursor\":\"" + sse::json_escape(token) + "\"}";
+  }
+  json += "]";
+  pg::SpiTx tx;
+  tx.query("INSERT INTO pgbus_stream.subscribers AS s (id, stream, cursor, updated_at) "
+           "SELECT id, stream, cursor, now() FROM jsonb_to_recordset($1::jsonb) "
+           "AS r(id text, stream text, cursor text) "
+           "ON CONFLICT (id, stream) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at",
+           {pg::Arg::txt(json)}, false);
+  tx.commit();
+  dirty_cursors_.clear();
+}
+
 bool Hub::describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,
                    std::string *state) const {
   auto it = conns_.find(conn_id);
@@ -582,6 +727,11 @@ void Hub::closed(uint64_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end())
     return;
+  if (!it->second.subscriber.empty()) {
+    note_written_token(it->second);
+    subscriber_conns_.erase(std::remove(subscriber_conns_.begin(), subscriber_conns_.end(), conn_id),
+                            subscriber_conns_.end());
+  }
   for (Sub &s : it->second.subs) {
     if (s.st->entry)
       pg_atomic_fetch_sub_u64(&s.st->entry->stats.subscribers, 1);

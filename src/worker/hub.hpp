@@ -35,7 +35,7 @@ struct Row {
 };
 
 struct HubCounters {
-  uint64_t delivered = 0, dropped = 0, overruns = 0, events = 0;
+  uint64_t delivered = 0, dropped = 0, overruns = 0, events = 0, held_back = 0;
 };
 
 class Hub {
@@ -54,6 +54,10 @@ public:
   // Continues paged replays whose connection has room; true while some remain.
   bool continue_replays();
   bool replays_pending() const { return !replaying_.empty(); }
+  // Durable subscribers: notes which ids reached their sockets (every loop),
+  // and stores changed cursors in one statement (every cursor_flush_interval).
+  void track_written();
+  void flush_cursors();
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,
@@ -74,20 +78,28 @@ private:
     StreamState *st;
     cursor::StreamPosition pos; // own position while not synced with the stream
     bool synced = false;        // pos == st->pos: use the stream's token
-    bool replaying = false;     // paged backlog in progress
+    bool replaying = false;     // paged backlog in progress (or held back)
     int64_t page_after = 0;     // replay reads ids above this
+    int64_t held_at_horizon = -1; // held back at this stream horizon (-1: not held)
   };
   struct Conn {
     uint64_t id;
     bool multi = false;
     std::string subscriber;
+    std::deque<std::string> pushed_tokens; // subscriber connections: ids queued, oldest first
+    uint64_t tokens_base = 0;             // push index of pushed_tokens.front()
+    std::string written_token;            // last id known written to the socket
+    bool cursor_frozen = false;           // a frame was dropped: stop advancing the stored cursor
     std::vector<Sub> subs;
   };
 
   bool load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<int64_t, int64_t>> *maxima);
   StreamState *find_by_name(const std::string &name);
   void dispatch(StreamState &st, const Row &row);
-  void deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body);
+  // Queues one row on one subscription; false when it was held back.
+  bool deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
+                  const cursor::StreamPosition *stream_before = nullptr);
+  void hold(Conn &c, Sub &sub, int64_t from_id);
   std::string conn_token(const Conn &c) const;
   void advance_horizons(const HorizonBounds &b);
   void catch_up_all();
@@ -111,6 +123,10 @@ private:
   std::unordered_map<std::string, int64_t> by_name_;
   std::unordered_map<uint64_t, Conn> conns_;
   std::vector<uint64_t> replaying_;
+  std::vector<uint64_t> subscriber_conns_;
+  // (subscriber, stream) -> position token, waiting for the next flush
+  std::map<std::pair<std::string, std::string>, std::string> dirty_cursors_;
+  void note_written_token(const Conn &c);
   HubCounters counters_;
 };
 

@@ -142,6 +142,7 @@ int run() {
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
+  int64 last_flush_ms = 0;
   while (!got_sigterm) {
     long timeout = listening ? server.timeout_ms() : -1;
     if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
@@ -186,6 +187,12 @@ int run() {
         }
       }
       replays_pending = hub.replays_pending();
+      hub.track_written();
+      int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
+      if (now_flush_ms - last_flush_ms >= guc::cursor_flush_interval_ms) {
+        hub.flush_cursors();
+        last_flush_ms = now_flush_ms;
+      }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
       if (now_ms - last_snapshot_ms >= 500) {
@@ -198,8 +205,14 @@ int run() {
     }
   }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
+  hub.track_written();
   if (listening)
     server.shutdown(guc::shutdown_drain_ms);
+  try {
+    hub.flush_cursors(); // what reached the sockets before the stop
+  } catch (const pg::Error &e) {
+    pg::warn(std::string("could not store subscriber cursors: ") + e.what());
+  }
   return 1; // exit code 1: restarted unless the postmaster itself is stopping
 }
 
