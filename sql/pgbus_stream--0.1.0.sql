@@ -282,7 +282,7 @@ RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE 
 -- workers() shows each running worker process and its counters.
 CREATE FUNCTION @extschema@.workers(
   OUT worker int, OUT pid int, OUT connections bigint, OUT delivered bigint, OUT overflow_dropped bigint,
-  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint)
+  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
 
 -- stats() shows live per-stream figures from shared memory (summed over the

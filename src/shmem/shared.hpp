@@ -75,6 +75,7 @@ struct WorkerStats {
   pg_atomic_uint64 overruns;     // times the worker had to catch up from tables
   pg_atomic_uint64 events_read;  // ring records consumed
   pg_atomic_uint64 bytes_sent;
+  pg_atomic_uint64 held_back; // ids held back because the token would be too long
 };
 
 // A live connection as shown by connections(); written by its worker about

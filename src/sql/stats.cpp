@@ -62,8 +62,8 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     if (pid == 0)
       continue;
     pgbs::shmem::WorkerStats *w = &s->worker_stats[i];
-    Datum values[8];
-    bool nulls[8] = {false};
+    Datum values[9];
+    bool nulls[9] = {false};
     values[0] = Int32GetDatum(i);
     values[1] = Int32GetDatum((int32)pid);
     values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&w->connections));
@@ -72,6 +72,7 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     values[5] = Int64GetDatum((int64)pg_atomic_read_u64(&w->overruns));
     values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&w->events_read));
     values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&s->ring_overflows));
+    values[8] = Int64GetDatum((int64)pg_atomic_read_u64(&w->held_back));
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;

@@ -75,6 +75,7 @@ void publish_stats(const Hub &hub, const http::Server &server) {
   pg_atomic_write_u64(&ws->dropped, c.dropped);
   pg_atomic_write_u64(&ws->overruns, c.overruns);
   pg_atomic_write_u64(&ws->events_read, c.events);
+  pg_atomic_write_u64(&ws->held_back, c.held_back);
 }
 
 void copy_text(char *dst, size_t cap, const std::string &src) {
