@@ -23,6 +23,7 @@ WARMUP=""
 RATE=1000
 FANOUT_NS=""
 SAT_PUB_CONNS=2
+FIXED_PUB_CONNS=2
 STREAMS=1000
 SUBS_PER_STREAM=10
 STREAMS_RATE=1000
@@ -58,6 +59,7 @@ Options (defaults in brackets; --quick shortens durations and sizes):
   --rate R               fixed publish rate, msg/s [$RATE]
   --fanout N1,N2,..      subscriber counts [100,1000,10000; quick 100,1000]
   --sat-pub-conns P      publisher connections at saturation (--rate 0) [$SAT_PUB_CONNS]
+  --pub-conns P          publisher connections sharing a fixed rate [$FIXED_PUB_CONNS]
   --streams S            streams in the many-streams run [$STREAMS]
   --subs-per-stream K    subscribers per stream [$SUBS_PER_STREAM]
   --streams-rate R       total msg/s over all streams [$STREAMS_RATE]
@@ -91,6 +93,7 @@ while [ $# -gt 0 ]; do
         --rate) RATE=$2; shift 2 ;;
         --fanout) FANOUT_NS=$2; shift 2 ;;
         --sat-pub-conns) SAT_PUB_CONNS=$2; shift 2 ;;
+        --pub-conns) FIXED_PUB_CONNS=$2; shift 2 ;;
         --streams) STREAMS=$2; shift 2 ;;
         --subs-per-stream) SUBS_PER_STREAM=$2; shift 2 ;;
         --streams-rate) STREAMS_RATE=$2; shift 2 ;;
@@ -489,13 +492,6 @@ sys_ticks() {
         relay) echo $(( $(pg_ticks) + $(ticks "$RELAY_PID") )) ;;
     esac
 }
-publisher_args() {
-    case $1 in
-        pgbus) echo "--target sql" ;;   # SQL passed separately (may contain spaces)
-        nchan) echo "--target nchan --host 127.0.0.1 --port $NCHAN_PORT --pub-path /pub/{s}" ;;
-        relay) echo "--target notify" ;;
-    esac
-}
 alive_check() {
     case $1 in
         pgbus) [ "$(http_status "$PGBUS_PORT" /healthz)" != 000 ] ;;
@@ -572,9 +568,8 @@ run_load() {
     t0=$(sys_ticks "$sys")
     [ "$sys" = pgbus ] && w0=$(pids_ticks $PGBUS_WORKER_PIDS)
     t_wall0=$(date +%s.%N)
-    # shellcheck disable=SC2046
     if [ "$sys" = nchan ]; then
-        "$PUBLISHER" $(publisher_args "$sys") --stream bench --streams "$streams" --stream-prefix bench_ \
+        "$PUBLISHER" --target nchan --host 127.0.0.1 --port "$NCHAN_PORT" --pub-path '/pub/{s}' --stream bench --streams "$streams" --stream-prefix bench_ \
             --rate "$rate" --duration "$dur" --conns "$pconns" --pad "$PAD" --expect-out "$expect" \
             --label "$name" >"$RAW/$name.publisher.json" 2>"$LOGS/$name.publisher.log" || prc=$?
     else
@@ -612,7 +607,7 @@ run_load() {
         server_cpu_s="$(sec $((t1 - t0)))" server_peak_rss_kb="$peak_rss" server_peak_pss_kb="$peak_pss" \
         client_procs="$procs" "${extra[@]}"
     if [ -s "$RAW/$name.client.json" ] && command -v jq >/dev/null; then
-        log "$name: $(jq -r '"\(.deliveries_per_s|floor) deliveries/s, p50 \(.latency_us.p50)us p99 \(.latency_us.p99)us, missing \(.loss.missing_total) dups \(.loss.duplicates_total), ok \(.connections_ok)/\(.conns)"' "$RAW/$name.client.json")"
+        log "$name: $(jq -r '"\(.deliveries_per_s|floor) deliveries/s, p50 \(.latency_us.p50)us p99 \(.latency_us.p99)us, lost \(.loss.missing_in_gaps) undelivered \(.loss.missing_tail) dups \(.loss.duplicates_total), ok \(.connections_ok)/\(.conns)"' "$RAW/$name.client.json")"
     fi
     sleep "$PAUSE"
 }
@@ -716,7 +711,7 @@ if has "$SCENARIOS" idle; then
 fi
 if has "$SCENARIOS" fanout; then
     for n in "${N_LIST[@]}"; do for s in "${SYS_LIST[@]}"; do
-        run_load "$s" fanout "${s}_fanout_n${n}_r${RATE}" "$n" 1 "$RATE" 1 "$DURATION"
+        run_load "$s" fanout "${s}_fanout_n${n}_r${RATE}" "$n" 1 "$RATE" "$FIXED_PUB_CONNS" "$DURATION"
     done; done
 fi
 if has "$SCENARIOS" saturation; then
@@ -727,7 +722,7 @@ fi
 if has "$SCENARIOS" streams; then
     for s in "${SYS_LIST[@]}"; do
         run_load "$s" streams "${s}_streams_s${STREAMS}x${SUBS_PER_STREAM}" $((STREAMS * SUBS_PER_STREAM)) \
-            "$STREAMS" "$STREAMS_RATE" 1 "$DURATION"
+            "$STREAMS" "$STREAMS_RATE" "$FIXED_PUB_CONNS" "$DURATION"
     done
 fi
 if has "$SCENARIOS" producer; then

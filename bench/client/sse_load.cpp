@@ -19,6 +19,12 @@
 // appears) and every live connection has seen the last seq; after the expect
 // file appears the client waits at most --drain seconds more.
 //
+// Loss: a seq above last+1 counts the hole as "missing_in_gaps" (lost: the
+// stream went on without it); at the end, seqs after the last one seen up to
+// the publisher's final seq count as "missing_tail" (not delivered in time:
+// lost or still queued). A seq at or below the last one is a duplicate (or
+// reordered) event.
+//
 // Result: one JSON object on stdout. See bench/README.md.
 
 #include "common.hpp"
@@ -187,6 +193,7 @@ struct Conn {
     // per-connection accounting
     uint32_t last_seq[kMaxPub] = {0};
     uint64_t events = 0, received = 0, missing = 0, dups = 0, gaps = 0;
+    uint64_t tail = 0;         // expected seqs after the last one seen, at the end
 };
 
 struct Expect {
@@ -709,13 +716,14 @@ struct Child {
 
     void report() {
         // final loss accounting against the expectation
-        uint64_t missing = 0, dups = 0, gaps = 0, with_loss = 0, with_dups = 0, zero = 0, max_missing = 0;
+        uint64_t missing = 0, tail = 0, with_tail = 0, dups = 0, gaps = 0, with_loss = 0, with_dups = 0, zero = 0,
+                 max_missing = 0, max_tail = 0;
         uint64_t min_recv = UINT64_MAX, max_recv = 0, complete_conns = 0, live = 0;
         FILE* pc = nullptr;
         if (!o.per_conn_out.empty()) {
             std::string f = o.per_conn_out + "." + std::to_string(proc_no);
             pc = fopen(f.c_str(), "w");
-            if (pc) fprintf(pc, "# conn stream ready events received missing dups gaps last_seq_p0\n");
+            if (pc) fprintf(pc, "# conn stream ready events received missing_in_gaps missing_tail dups gaps last_seq_p0\n");
         }
         for (auto& c : conns) {
             if (!c.ready) continue;
@@ -723,13 +731,16 @@ struct Child {
             if (expect.known) {
                 for (int p = 0; p < expect.pubs && p < kMaxPub; ++p) {
                     uint64_t want = expect.at(p, int(c.stream));
-                    if (want > c.last_seq[p]) c.missing += want - c.last_seq[p];
+                    if (want > c.last_seq[p]) c.tail += want - c.last_seq[p];
                 }
             }
             missing += c.missing;
+            tail += c.tail;
             dups += c.dups;
             gaps += c.gaps;
             if (c.missing) ++with_loss;
+            if (c.tail) ++with_tail;
+            max_tail = std::max(max_tail, c.tail);
             if (c.dups) ++with_dups;
             if (c.received == 0) ++zero;
             if (c.complete) ++complete_conns;
@@ -737,9 +748,10 @@ struct Child {
             min_recv = std::min(min_recv, c.received);
             max_recv = std::max(max_recv, c.received);
             if (pc)
-                fprintf(pc, "%u %u %d %llu %llu %llu %llu %llu %u\n", c.gidx, c.stream, int(c.ready),
+                fprintf(pc, "%u %u %d %llu %llu %llu %llu %llu %llu %u\n", c.gidx, c.stream, int(c.ready),
                         (unsigned long long)c.events, (unsigned long long)c.received, (unsigned long long)c.missing,
-                        (unsigned long long)c.dups, (unsigned long long)c.gaps, c.last_seq[0]);
+                        (unsigned long long)c.tail, (unsigned long long)c.dups, (unsigned long long)c.gaps,
+                        c.last_seq[0]);
         }
         if (pc) fclose(pc);
         if (min_recv == UINT64_MAX) min_recv = 0;
@@ -772,6 +784,9 @@ struct Child {
         k("unstamped", (long long)unstamped);
         k("not_sse", (long long)not_sse);
         k("missing", (long long)missing);
+        k("tail", (long long)tail);
+        k("with_tail", (long long)with_tail);
+        k("max_tail", (long long)max_tail);
         k("dups", (long long)dups);
         k("gaps", (long long)gaps);
         k("with_loss", (long long)with_loss);
@@ -1036,14 +1051,18 @@ int main(int argc, char** argv) {
     j.histogram("latency_us", ag.hist);
     j.open_obj("loss");
     j.kv("expectation_known", S("expect_known") == o.procs);
-    j.kvi("missing_total", S("missing"));
+    j.kvi("missing_total", S("missing") + S("tail"));
+    j.kvi("missing_in_gaps", S("missing"));
+    j.kvi("missing_tail", S("tail"));
+    j.kvi("conns_with_tail", S("with_tail"));
+    j.kvi("max_tail_per_conn", ag.mx["max_tail"]);
     j.kvi("duplicates_total", S("dups"));
     j.kvi("gaps_total", S("gaps"));
-    j.kvi("conns_with_loss", S("with_loss"));
+    j.kvi("conns_with_gaps", S("with_loss"));
     j.kvi("conns_with_duplicates", S("with_dups"));
     j.kvi("conns_without_deliveries", S("zero"));
     j.kvi("conns_complete", S("complete_conns"));
-    j.kvi("max_missing_per_conn", ag.mx["max_missing"]);
+    j.kvi("max_missing_in_gaps_per_conn", ag.mx["max_missing"]);
     j.kvi("min_received_per_conn", ag.mn["min_recv"]);
     j.kvi("max_received_per_conn", ag.mx["max_recv"]);
     j.kvi("gap_detected_events", S("gap_events"));

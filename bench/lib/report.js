@@ -60,17 +60,17 @@ function loadTable(title, scen, note) {
   md.push(`## ${title}`);
   md.push('');
   if (note) { md.push(note); md.push(''); }
-  md.push('| system | subscribers | published msg/s | deliveries/s | p50 ms | p99 ms | max ms | missing | dups | conns ok/failed | server CPU | server peak RSS / PSS MB | client CPU s | status |');
-  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  md.push('| system | subscribers | published msg/s | deliveries/s | p50 ms | p99 ms | max ms | lost (gaps) | not delivered at end | dups | conns ok/failed | server CPU | server peak RSS / PSS MB | client CPU s | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of rs) {
     const c = r.client || {};
     const p = r.publisher || {};
-    const lat = c.latency_us || {};
+    const lat = (c.latency_us && c.latency_us.count) ? c.latency_us : {};
     const loss = c.loss || {};
     const ccpu = c.client ? (c.client.cpu_user_s + c.client.cpu_sys_s) : undefined;
     md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.conns)}${r.streams > 1 ? ` (${fmt(r.streams)} streams)` : ''} | ` +
       `${fmt(p.rate_achieved)} | ${fmt(c.deliveries_per_s)} | ${ms(lat.p50)} | ${ms(lat.p99)} | ${ms(lat.max)} | ` +
-      `${fmt(loss.missing_total)}${loss.expectation_known === false ? '*' : ''} | ${fmt(loss.duplicates_total)} | ` +
+      `${fmt(loss.missing_in_gaps)} | ${loss.expectation_known === false ? '?' : fmt(loss.missing_tail)} | ${fmt(loss.duplicates_total)} | ` +
       `${fmt(c.connections_ok)}/${fmt(c.connections_failed)} | ${pct(r.server_cpu_s, r.wall_s)} | ` +
       `${mb(r.server_peak_rss_kb)} / ${mb(r.server_peak_pss_kb)} | ${fmt(ccpu, 1)} | ${r.status || '?'} |`);
   }
@@ -78,7 +78,8 @@ function loadTable(title, scen, note) {
 }
 
 loadTable(`Fan-out at a fixed rate (${run.rate} msg/s, one stream)`, 'fanout',
-  'Offered load is rate × subscribers deliveries/s; a system that cannot keep up shows lower deliveries/s, growing latency and, if it drops, missing messages.');
+  `Publisher: ${rows.find((r) => r.scenario === 'fanout')?.publisher_conns ?? '?'} connection(s) sharing the rate. ` +
+  'Offered load is rate × subscribers deliveries/s. "published msg/s" below the rate means the publish call itself was too slow (a late publisher stops at duration + max(5 s, duration)); a server that cannot keep up shows lower deliveries/s, growing latency and undelivered messages.');
 loadTable('Fan-out at saturation (publisher as fast as it can)', 'saturation',
   `Publisher: ${rows.find((r) => r.scenario === 'saturation')?.publisher_conns ?? '?'} connections, one message per transaction / request, no pacing.`);
 loadTable('Many streams', 'streams', 'Each subscriber listens to one stream; the publisher round-robins over all streams.');
@@ -121,7 +122,7 @@ md.push('## How to read this');
 md.push('');
 md.push('- Latency: publisher clock just before the publish call (SQL statement incl. commit, or HTTP POST) to the client reading the event; same host, CLOCK_REALTIME. Log-linear histogram, ~1% resolution.');
 md.push('- deliveries/s: stamped events received by all subscribers in the measurement window, divided by the time between the first and last of them.');
-md.push('- missing / dups: per connection and publisher, `seq` must go 1, 2, 3, … up to the last one the publisher committed; missing counts holes and the unreceived tail, dups counts a seq at or below one already seen. `*` = the publisher\'s final counts never reached the client (only holes counted).');
+md.push('- Loss, summed over connections: per connection and publisher, `seq` must go 1, 2, 3, … up to the last one the publisher committed. "lost (gaps)": seqs skipped while later ones arrived. "not delivered at end": seqs after the last one received, 3 s after the publisher stopped (lost, or still queued in a lagging server); `?` = the publisher\'s final counts never reached the client. dups: a seq at or below one already seen.');
 md.push('- server CPU: 100% = one core, over the publish + drain time. pgbus_stream and the relay include every PostgreSQL process (the publisher\'s backend too; the relay adds node); nchan counts nginx master + worker.');
 md.push('- server memory: pgbus_stream worker processes; the nginx worker; the node process. PSS splits shared pages (shared_buffers, nchan shm) among their users.');
 md.push('- Producer cost: the NOTIFY trigger has no listener attached; pgbus_stream runs with no subscriber connected.');
@@ -164,7 +165,7 @@ for (const mode of ['fanout', 'saturation']) {
 function draw(file, list, ylabel) {
   if (!list.length) return;
   const g = [];
-  g.push(`set terminal pngcairo size ${600 * list.length},520 font 'sans,10'`);
+  g.push(`set terminal pngcairo noenhanced size ${600 * list.length},520 font 'sans,10'`);
   g.push(`set output '${path.join(dir, file)}'`);
   g.push(`set multiplot layout 1,${list.length}`);
   g.push('set logscale xy');

@@ -24,6 +24,7 @@ const HEARTBEAT_MS = parseInt(process.env.HEARTBEAT_MS || '15000', 10);
 const CHANNEL_RE = /^\/streams\/([A-Za-z0-9_]{1,63})$/;
 
 const channels = new Map(); // name -> { subs: Set<ServerResponse>, n: number, listening: Promise }
+let listenChain = Promise.resolve(); // one LISTEN at a time on the single connection
 let notifications = 0;
 
 const pg = new Client(process.env.DATABASE_URL ? { connectionString: process.env.DATABASE_URL } : {});
@@ -46,7 +47,8 @@ function channel(name) {
   let ch = channels.get(name);
   if (!ch) {
     ch = { subs: new Set(), n: 0, listening: null };
-    ch.listening = pg.query(`LISTEN "${name}"`);
+    ch.listening = listenChain.then(() => pg.query(`LISTEN "${name}"`));
+    listenChain = ch.listening.catch(() => {});
     channels.set(name, ch);
   }
   return ch;
