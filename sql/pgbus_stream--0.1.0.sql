@@ -14,6 +14,7 @@ CREATE TABLE @extschema@.streams (
   public        boolean NOT NULL DEFAULT true,
   retention     interval,
   retention_max bigint CHECK (retention_max > 0),
+  retention_floor bigint NOT NULL DEFAULT 0,  -- highest msg_id retention removed
   created_at    timestamptz NOT NULL DEFAULT now(),
   UNIQUE (queue_schema, queue_table)
 );
@@ -276,7 +277,7 @@ $$;
 CREATE FUNCTION @extschema@._stream_stats(
   OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
   OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
-  OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_dropped bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
 
 -- workers() shows each running worker process and its counters.
@@ -285,20 +286,6 @@ CREATE FUNCTION @extschema@.workers(
   OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
 
--- stats() shows live per-stream figures from shared memory (summed over the
--- workers); latency is commit -> queued on the connection over the last minute.
-CREATE FUNCTION @extschema@.stats(
-  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
-  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
-  OUT latency_p50_ms float8, OUT latency_p99_ms float8)
-RETURNS SETOF record LANGUAGE sql STABLE AS $$
-  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
-         coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0), coalesce(x.bytes_sent, 0),
-         coalesce(x.newest_id, 0), x.latency_p50_ms, x.latency_p99_ms
-    FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
-   ORDER BY s.name
-$$;
-
 -- connections() shows each live SSE connection (refreshed by its worker
 -- about twice a second).
 CREATE FUNCTION @extschema@.connections(
@@ -306,3 +293,90 @@ CREATE FUNCTION @extschema@.connections(
   OUT cursor text, OUT queued_events bigint, OUT queued_bytes bigint, OUT delivered bigint,
   OUT dropped bigint, OUT state text, OUT subscriber text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C;
+
+-- stats() shows live per-stream figures from shared memory (summed over the
+-- workers); latency is commit -> queued on the connection over the last
+-- minute; dropped counts messages removed by retention; total_queued sums
+-- what waits in the connections' queues.
+CREATE FUNCTION @extschema@.stats(
+  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
+  OUT dropped bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
+  OUT bytes_sent bigint, OUT newest_id bigint, OUT retention_floor bigint,
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
+         coalesce(x.retention_dropped, 0), coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0),
+         coalesce((SELECT sum(c.queued_events) FROM @extschema@.connections() c
+                    WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
+         coalesce(x.bytes_sent, 0), coalesce(x.newest_id, 0), s.retention_floor,
+         x.latency_p50_ms, x.latency_p99_ms
+    FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
+   ORDER BY s.name
+$$;
+
+
+-- set_retention sets how long (max_age) and how many (max_messages) messages
+-- a stream keeps; NULL turns a limit off. The workers remove older rows in
+-- small batches (built-in queues: deleted; PGMQ queues: moved to the archive
+-- table, which PGMQ users manage).
+CREATE FUNCTION @extschema@.set_retention(name text, max_age interval, max_messages bigint DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+BEGIN
+  IF max_age IS NOT NULL AND max_age <= interval '0' THEN
+    RAISE EXCEPTION 'pgbus_stream: max_age must be positive' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_messages IS NOT NULL AND max_messages <= 0 THEN
+    RAISE EXCEPTION 'pgbus_stream: max_messages must be positive' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  UPDATE @extschema@.streams SET retention = max_age, retention_max = max_messages WHERE id = s.id;
+  PERFORM @extschema@._catalog_changed(s.id);
+END $$;
+
+-- _apply_retention removes at most batch rows of one stream that are older
+-- than its retention or beyond its message limit; returns how many and the
+-- highest id removed (which becomes the stream's retention floor).
+CREATE FUNCTION @extschema@._apply_retention(stream_id bigint, batch int, OUT removed bigint, OUT floor bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams;
+  cutoff bigint := 0;
+  q text;
+BEGIN
+  removed := 0;
+  SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id;
+  IF NOT FOUND OR (s.retention IS NULL AND s.retention_max IS NULL) THEN
+    floor := coalesce(s.retention_floor, 0);
+    RETURN;
+  END IF;
+  q := format('%I.%I', s.queue_schema, s.queue_table);
+  IF s.retention_max IS NOT NULL THEN
+    EXECUTE format('SELECT coalesce((SELECT msg_id FROM %s ORDER BY msg_id DESC OFFSET $1 LIMIT 1), 0)', q)
+      INTO cutoff USING s.retention_max;
+  END IF;
+  IF s.kind = 'pgmq' AND s.archive_table IS NOT NULL THEN
+    EXECUTE format($f$WITH victims AS (
+        SELECT msg_id FROM %1$s
+         WHERE msg_id <= $1 OR ($2::interval IS NOT NULL AND enqueued_at < now() - $2::interval)
+         ORDER BY msg_id LIMIT $3),
+      moved AS (DELETE FROM %1$s t USING victims v WHERE t.msg_id = v.msg_id
+                RETURNING t.msg_id, t.read_ct, t.enqueued_at, t.vt, t.message),
+      ins AS (INSERT INTO %2$I.%3$I (msg_id, read_ct, enqueued_at, vt, message)
+              SELECT msg_id, read_ct, enqueued_at, vt, message FROM moved RETURNING msg_id)
+      SELECT count(*), 0 FROM ins$f$, q, s.queue_schema, s.archive_table)
+      INTO removed, floor USING cutoff, s.retention, batch;
+    floor := s.retention_floor;  -- archived rows stay replayable
+    RETURN;
+  END IF;
+  EXECUTE format($f$WITH victims AS (
+      SELECT msg_id FROM %1$s
+       WHERE msg_id <= $1 OR ($2::interval IS NOT NULL AND enqueued_at < now() - $2::interval)
+       ORDER BY msg_id LIMIT $3),
+    gone AS (DELETE FROM %1$s t USING victims v WHERE t.msg_id = v.msg_id RETURNING t.msg_id)
+    SELECT count(*), coalesce(max(msg_id), 0) FROM gone$f$, q)
+    INTO removed, floor USING cutoff, s.retention, batch;
+  floor := greatest(floor, s.retention_floor);
+  IF floor > s.retention_floor THEN
+    UPDATE @extschema@.streams SET retention_floor = floor WHERE id = s.id;
+  END IF;
+END $$;

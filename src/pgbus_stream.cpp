@@ -38,6 +38,7 @@ int shutdown_drain_ms = 1000;
 int memory_retention = 1000;
 char *default_event = nullptr;
 int cursor_flush_interval_ms = 1000;
+int retention_interval_s = 10;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -138,6 +139,10 @@ static void define_gucs() {
                           "How often workers store durable subscribers' cursors (in one batch).", nullptr,
                           &cursor_flush_interval_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
                           nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.retention_interval",
+                          "How often worker 0 removes messages past their stream's retention.", nullptr,
+                          &retention_interval_s, 10, 1, 86400, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
+                          nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

@@ -24,4 +24,5 @@ extern int shutdown_drain_ms;
 extern int memory_retention;
 extern char *default_event;
 extern int cursor_flush_interval_ms;
+extern int retention_interval_s;
 } // namespace pgbs::guc

@@ -13,6 +13,19 @@ namespace pgbs::metrics {
 
 namespace {
 
+// The length of the UTF-8 sequence that starts with `lead`, 0 if none does.
+size_t utf8_length(unsigned char lead) {
+  if (lead < 0x80)
+    return 1;
+  if ((lead >> 5) == 0x6)
+    return 2;
+  if ((lead >> 4) == 0xe)
+    return 3;
+  if ((lead >> 3) == 0x1e)
+    return 4;
+  return 0;
+}
+
 // Replaces every byte sequence that is not valid UTF-8 by U+FFFD, because
 // both output formats must be UTF-8 (stream names are ASCII today; this only
 // keeps a bad name from breaking the whole document).
@@ -22,7 +35,7 @@ std::string valid_utf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    const size_t len = utf8_length(c);
     bool ok = len > 0 && i + len <= s.size();
     for (size_t k = 1; ok && k < len; k++)
       ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
@@ -184,10 +197,10 @@ void json_stream(std::string &out, const StreamFigures &f) {
   json_key(out, "name");
   json_string(out, f.name);
   const std::pair<const char *, int64_t> ints[] = {
-      {"subscribers", f.subscribers},   {"emitted", f.emitted},
-      {"delivered", f.delivered},       {"overflow_dropped", f.overflow_dropped},
-      {"failed", f.failed},             {"bytes_sent", f.bytes_sent},
-      {"newest_id", f.newest_id},       {"horizon", f.horizon}};
+      {"subscribers", f.subscribers}, {"emitted", f.emitted},
+      {"delivered", f.delivered},     {"overflow_dropped", f.overflow_dropped},
+      {"failed", f.failed},           {"bytes_sent", f.bytes_sent},
+      {"newest_id", f.newest_id},     {"horizon", f.horizon}};
   for (const auto &[key, value] : ints) {
     out.append(",");
     json_key(out, key);
@@ -242,7 +255,8 @@ std::string render_prometheus(const Snapshot &s) {
                 "Connections subscribed to the stream, all workers.",
                 [](const StreamFigures &f) { return f.subscribers; });
   stream_family(w, s, "pgbus_stream_stream_emitted_total", "counter",
-                "Committed events of the stream.", [](const StreamFigures &f) { return f.emitted; });
+                "Committed events of the stream.",
+                [](const StreamFigures &f) { return f.emitted; });
   stream_family(w, s, "pgbus_stream_stream_delivered_total", "counter",
                 "Frames of the stream queued to connections, all workers.",
                 [](const StreamFigures &f) { return f.delivered; });

@@ -17,6 +17,7 @@ constexpr const char *kPage = R"HTML(<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>pgbus_stream status</title>
+<link rel="icon" href="data:,">
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fafafa; }
   h1 { font-size: 1.3em; margin: 0 0 .6em; }
@@ -46,8 +47,8 @@ constexpr const char *kPage = R"HTML(<!doctype html>
 <div class="legend"><i style="background:#1565c0"></i>deliveries/s (left axis)<i style="background:#e65100"></i>worst p99 latency, ms (right axis) &mdash; last 5 minutes</div>
 <canvas id="chart"></canvas>
 <table>
-  <thead><tr><th>stream</th><th>subscribers</th><th>emitted</th><th>delivered</th><th>dropped</th><th>p50 ms</th><th>p99 ms</th></tr></thead>
-  <tbody id="streams"><tr><td colspan="7">no streams yet</td></tr></tbody>
+  <thead><tr><th>stream</th><th>subscribers</th><th>emitted</th><th>delivered</th><th>dropped</th><th>failed</th><th>p50 ms</th><th>p99 ms</th></tr></thead>
+  <tbody id="streams"><tr><td colspan="8">no streams yet</td></tr></tbody>
 </table>
 <script>
 "use strict";
@@ -80,7 +81,7 @@ function render(s) {
   for (const x of s.streams) {
     const row = body.insertRow();
     cell(row, x.name); cell(row, x.subscribers); cell(row, x.emitted); cell(row, x.delivered);
-    cell(row, x.overflow_dropped + x.failed); cell(row, ms(x.latency_p50_ms)); cell(row, ms(x.latency_p99_ms));
+    cell(row, x.overflow_dropped); cell(row, x.failed); cell(row, ms(x.latency_p50_ms)); cell(row, ms(x.latency_p99_ms));
   }
   if (!s.streams.length) cell(body.insertRow(), "no streams yet");
   draw();

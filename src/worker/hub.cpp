@@ -55,6 +55,7 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<
   // The committed maximum of each queue (and archive) seeds the horizon.
   pg::Table t = tx.query(
       "SELECT s.id, s.name, s.public, pgbus_stream._rows_sql(s), "
+      "       s.retention_floor, (s.retention IS NOT NULL OR s.retention_max IS NOT NULL), "
       "       format('SELECT greatest((SELECT max(msg_id) FROM %I.%I), %s)', s.queue_schema, s.queue_table, "
       "              CASE WHEN s.archive_table IS NOT NULL AND "
       "                        to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL "
@@ -68,7 +69,9 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<
     si.name = t.at(r, 1).value_or("");
     si.is_public = t.at(r, 2).value_or("t") == "t";
     si.rows_sql = t.at(r, 3).value_or("");
-    pg::Table m = tx.query(t.at(r, 4).value_or("SELECT 0"));
+    si.retention_floor = to_i64(t.at(r, 4));
+    si.has_retention = t.at(r, 5).value_or("f") == "t";
+    pg::Table m = tx.query(t.at(r, 6).value_or("SELECT 0"));
     maxima->emplace_back(si.id, m.rows() ? to_i64(m.at(0, 0)) : 0);
     out->push_back(std::move(si));
   }
@@ -495,6 +498,16 @@ void Hub::subscribe(const http::Request &req) {
                               "{\"stream\":\"" + sse::json_escape(st.info.name) +
                                   "\",\"reason\":\"stream-recreated\"}");
         sub.pos = cursor::StreamPosition();
+      } else if (sub.pos.horizon < st.info.retention_floor) {
+        // Retention removed messages this client has not seen: say so, then
+        // send what is still there.
+        std::vector<Row> first = read_rows(st.info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr,
+                                           st.info.retention_floor, 1);
+        std::string oldest = first.empty() ? "null" : std::to_string(first[0].msg_id);
+        gaps += control_event("pgbus:gap-detected",
+                              "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                  "\",\"reason\":\"retention\",\"oldest\":" + oldest + "}");
+        sub.pos.advance(st.info.retention_floor);
       } else if (missed_ephemeral(st, sub.pos)) {
         gaps += control_event("pgbus:gap-detected",
                               "{\"stream\":\"" + sse::json_escape(st.info.name) +
@@ -636,6 +649,27 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
     if (!p.covers(id))
       return true;
   return false;
+}
+
+void Hub::apply_retention() {
+  const int batch = 1000;
+  for (auto &[id, st] : streams_) {
+    if (!st->info.has_retention)
+      continue;
+    for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
+      pg::SpiTx tx;
+      pg::Table t = tx.query("SELECT removed, floor FROM pgbus_stream._apply_retention($1, $2::int)",
+                             {pg::Arg::int8(id), pg::Arg::int8(batch)}, false);
+      tx.commit();
+      int64_t removed = t.rows() ? to_i64(t.at(0, 0)) : 0;
+      if (t.rows())
+        st->info.retention_floor = std::max(st->info.retention_floor, to_i64(t.at(0, 1)));
+      if (removed > 0 && st->entry)
+        pg_atomic_fetch_add_u64(&st->entry->stats.retention_dropped, (uint64)removed);
+      if (removed < batch)
+        break;
+    }
+  }
 }
 
 void Hub::track_written() {

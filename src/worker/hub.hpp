@@ -24,6 +24,8 @@ struct StreamInfo {
   std::string name;
   std::string rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
   bool is_public = true;
+  bool has_retention = false;
+  int64_t retention_floor = 0; // highest msg_id removed by retention
 };
 
 struct Row {
@@ -58,6 +60,8 @@ public:
   // and stores changed cursors in one statement (every cursor_flush_interval).
   void track_written();
   void flush_cursors();
+  // Removes rows past each stream's retention, in batches (one worker does this).
+  void apply_retention();
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,

@@ -144,10 +144,13 @@ int run() {
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
   int64 last_flush_ms = 0;
+  int64 last_retention_ms = 0;
   while (!got_sigterm) {
     long timeout = listening ? server.timeout_ms() : -1;
     if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
       timeout = 500; // connections() stays within a second of reality
+    if (worker_index == 0 && (timeout < 0 || timeout > 1000L * guc::retention_interval_s))
+      timeout = 1000L * guc::retention_interval_s; // retention runs on a timer
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
     WaitEvent events[3];
@@ -193,6 +196,10 @@ int run() {
       if (now_flush_ms - last_flush_ms >= guc::cursor_flush_interval_ms) {
         hub.flush_cursors();
         last_flush_ms = now_flush_ms;
+      }
+      if (worker_index == 0 && now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
+        last_retention_ms = now_flush_ms;
+        hub.apply_retention();
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
