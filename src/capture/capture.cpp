@@ -25,6 +25,8 @@ extern "C" {
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 #include "commands/sequence.h"
+#include "access/detoast.h"
+#include "utils/jsonb.h"
 #include "executor/tuptable.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture);
@@ -52,7 +54,8 @@ struct PendingRow {
   int64 stream_id;
   int64 msg_id;
   int nest_level;
-  char *payload; // ephemeral broadcasts only: data, event, visible_to back to back (TopTransactionContext)
+  char *payload; // data, event, visible_to back to back (TopTransactionContext), or NULL
+  bool ephemeral; // no table row: never dropped from local memory
   uint32 data_len, event_len, visible_len;
 };
 
@@ -92,7 +95,22 @@ TxStream *register_stream(int64 stream_id) {
   TxStream *ts = find_tx_stream(stream_id);
   if (ts)
     return ts;
-  StreamEntry *e = shmem::stream_entry(MyDatabaseId, stream_id, true);
+  // Shared entries never move: remember the last few this backend used.
+  static struct {
+    Oid db;
+    int64 id;
+    StreamEntry *e;
+  } cache[16];
+  static int next_slot = 0;
+  StreamEntry *e = nullptr;
+  for (auto &c : cache)
+    if (c.e && c.id == stream_id && c.db == MyDatabaseId && c.e->stream_id == stream_id)
+      e = c.e;
+  if (e == nullptr) {
+    e = shmem::stream_entry(MyDatabaseId, stream_id, true);
+    if (e)
+      cache[next_slot++ % 16] = {MyDatabaseId, stream_id, e};
+  }
   if (e == nullptr)
     ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
                     errmsg("pgbus_stream: too many streams in shared memory"),
@@ -129,18 +147,18 @@ TxStream *register_stream(int64 stream_id) {
 // ones (payload != NULL) have no row, so they are always kept and bounded by
 // bytes in publish_ephemeral().
 void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0, uint32 event_len = 0,
-             uint32 visible_len = 0) {
+             uint32 visible_len = 0, bool ephemeral = false) {
   if (msg_id > ts->max_id)
     ts->max_id = msg_id;
   ts->count++;
-  if (payload == nullptr) {
+  if (!ephemeral) {
     if (tx.overflowed)
       return;
     if (tx.nrows >= guc::max_pending_events) {
       tx.overflowed = true; // the workers will read this transaction's rows from the table
       int64 keep = 0;       // keep only the ephemeral events
       for (int64 i = 0; i < tx.nrows; i++)
-        if (tx.rows[i].payload)
+        if (tx.rows[i].ephemeral)
           tx.rows[keep++] = tx.rows[i];
       tx.nrows = keep;
       return;
@@ -148,7 +166,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   }
   if (tx.nrows >= tx.cap) {
     int64 ncap = tx.cap ? tx.cap * 2 : 64;
-    if (ncap > guc::max_pending_events && payload == nullptr)
+    if (ncap > guc::max_pending_events && !ephemeral)
       ncap = Max(guc::max_pending_events, tx.nrows + 1);
     tx.rows = tx.rows ? (PendingRow *)repalloc(tx.rows, ncap * sizeof(PendingRow))
                       : (PendingRow *)MemoryContextAlloc(TopMemoryContext, ncap * sizeof(PendingRow));
@@ -159,6 +177,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   r->msg_id = msg_id;
   r->nest_level = GetCurrentTransactionNestLevel();
   r->payload = payload;
+  r->ephemeral = ephemeral;
   r->data_len = data_len;
   r->event_len = event_len;
   r->visible_len = visible_len;
@@ -228,7 +247,7 @@ void publish_commit() {
     for (int64 i = 0; i < tx.nrows; i++) {
       const PendingRow *r = &tx.rows[i];
       h.len = (uint32)record_size(r);
-      h.kind = r->payload ? RecordKind::Inline : RecordKind::Row;
+      h.kind = r->ephemeral ? RecordKind::Inline : r->payload ? RecordKind::RowInline : RecordKind::Row;
       h.stream_id = r->stream_id;
       h.msg_id = r->msg_id;
       h.data_len = r->data_len;
@@ -293,13 +312,82 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
   }
 }
 
-int msg_id_attnum(TupleDesc desc) {
+int attnum_of(TupleDesc desc, const char *name) {
   for (int i = 0; i < desc->natts; i++) {
     Form_pg_attribute a = TupleDescAttr(desc, i);
-    if (!a->attisdropped && strcmp(NameStr(a->attname), "msg_id") == 0)
+    if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
       return i + 1;
   }
   return 0;
+}
+
+// One optional string member of the envelope: absent or JSON null -> no
+// value; a string -> its text; anything else -> false (the worker reads the
+// row with SQL instead, which has the exact ->> semantics).
+bool envelope_member(JsonbContainer *root, const char *key, const char **val, int *len) {
+  JsonbValue vbuf;
+  JsonbValue *v = getKeyJsonValueFromContainer(root, key, (uint32)strlen(key), &vbuf);
+  *val = nullptr;
+  *len = 0;
+  if (v == nullptr || v->type == jbvNull)
+    return true;
+  if (v->type != jbvString)
+    return false;
+  *val = v->val.string.val;
+  *len = v->val.string.len;
+  return true;
+}
+
+// Copies the message's data/event/visible_to into transaction memory so the
+// workers need not read the row back: the pgbus envelope's fields, or the
+// JSON text of any other message. Returns NULL when the row is to be read by
+// the worker (too large, or an envelope with non-string members).
+char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len) {
+  if (toast_raw_datum_size(message) > (Size)guc::inline_payload_max)
+    return nullptr;
+  Jsonb *jb = DatumGetJsonbP(message);
+  const char *parts[3] = {nullptr, nullptr, nullptr};
+  int lens[3] = {0, 0, 0};
+  bool has_html = false;
+  // Mirrors pgbus_stream._rows_sql(): an object's "html" member (if present)
+  // is the data, else the message's JSON text; an object's "event" and
+  // "visible_to" members are read whether or not "html" is present.
+  if (JB_ROOT_IS_OBJECT(jb)) {
+    JsonbValue vbuf;
+    JsonbValue *html = getKeyJsonValueFromContainer(&jb->root, "html", 4, &vbuf);
+    if (html != nullptr) {
+      has_html = true;
+      if (html->type == jbvString) {
+        parts[0] = html->val.string.val;
+        lens[0] = html->val.string.len;
+      } else if (html->type != jbvNull) {
+        return nullptr;
+      }
+    }
+    if (!envelope_member(&jb->root, "event", &parts[1], &lens[1]) ||
+        !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]))
+      return nullptr;
+  }
+  if (!has_html) {
+    char *text = JsonbToCString(nullptr, &jb->root, VARSIZE(jb));
+    parts[0] = text;
+    lens[0] = (int)strlen(text);
+  }
+  Size total = (Size)lens[0] + lens[1] + lens[2];
+  if (tx.inline_bytes + total + sizeof(RecordHeader) > shmem::shared()->ring_capacity / 4)
+    return nullptr;
+  char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);
+  Size off = 0;
+  for (int i = 0; i < 3; i++) {
+    if (lens[i] > 0)
+      memcpy(payload + off, parts[i], lens[i]);
+    off += lens[i];
+  }
+  tx.inline_bytes += total + sizeof(RecordHeader);
+  *data_len = (uint32)lens[0];
+  *event_len = (uint32)lens[1];
+  *visible_len = (uint32)lens[2];
+  return payload;
 }
 
 } // namespace
@@ -339,7 +427,8 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                     errmsg("pgbus_stream._capture() AFTER trigger needs REFERENCING NEW TABLE")));
   TupleDesc desc = RelationGetDescr(td->tg_relation);
-  int attnum = msg_id_attnum(desc);
+  int attnum = attnum_of(desc, "msg_id");
+  int message_attnum = pgbs::guc::inline_payload_max > 0 ? attnum_of(desc, "message") : 0;
   if (attnum == 0)
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
                     errmsg("pgbus_stream: table \"%s\" has no msg_id column",
@@ -351,8 +440,17 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   while (tuplestore_gettupleslot(rows, true, false, slot)) {
     bool isnull;
     Datum d = slot_getattr(slot, attnum, &isnull);
-    if (!isnull)
-      collect(ts, DatumGetInt64(d));
+    if (isnull)
+      continue;
+    char *payload = nullptr;
+    uint32 lens[3] = {0, 0, 0};
+    if (message_attnum > 0 && !tx.overflowed) {
+      bool mnull;
+      Datum m = slot_getattr(slot, message_attnum, &mnull);
+      if (!mnull)
+        payload = inline_payload(m, &lens[0], &lens[1], &lens[2]);
+    }
+    collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2]);
   }
   tuplestore_select_read_pointer(rows, 0);
   ExecDropSingleTupleTableSlot(slot);
@@ -406,6 +504,6 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
       off += lens[i];
     }
   tx.inline_bytes += total + sizeof(RecordHeader);
-  collect(ts, id, payload, lens[0], lens[1], lens[2]);
+  collect(ts, id, payload, lens[0], lens[1], lens[2], true);
   PG_RETURN_INT64(id);
 }

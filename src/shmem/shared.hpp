@@ -119,7 +119,8 @@ struct Shared {
 // One record in the ring. `len` is the whole record, 8-byte aligned.
 // kind Row: a row committed into a stream's queue table (payload in the table).
 // kind Inline: payload follows: data, event, visible_to (lengths below).
-enum class RecordKind : uint32 { Row = 1, Inline = 2, Catalog = 3 };
+// kind RowInline: a table row whose payload was small enough to travel too.
+enum class RecordKind : uint32 { Row = 1, Inline = 2, Catalog = 3, RowInline = 4 };
 struct RecordHeader {
   uint32 len;
   RecordKind kind;

@@ -369,7 +369,7 @@ void Hub::cycle() {
     // Read the rows per stream in one query each, then dispatch in commit order.
     std::map<int64_t, std::vector<int64_t>> wanted;
     for (const RingEvent &e : events)
-      if (!e.ephemeral && streams_.count(e.stream_id))
+      if (!e.has_payload && streams_.count(e.stream_id))
         wanted[e.stream_id].push_back(e.msg_id);
     std::map<std::pair<int64_t, int64_t>, Row> found;
     for (auto &[sid, list] : wanted) {
@@ -377,7 +377,7 @@ void Hub::cycle() {
         found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
     }
     for (RingEvent &e : events) {
-      if (e.ephemeral) {
+      if (e.has_payload) {
         auto st = streams_.find(e.stream_id);
         if (st == streams_.end())
           continue;
@@ -389,7 +389,7 @@ void Hub::cycle() {
           row.event = std::move(e.event);
         if (!e.visible_to.empty())
           row.visible_to = std::move(e.visible_to);
-        if (!st->second->pos.covers(row.msg_id))
+        if (e.ephemeral && !st->second->pos.covers(row.msg_id))
           retain_ephemeral(*st->second, row);
         dispatch(*st->second, row);
         continue;

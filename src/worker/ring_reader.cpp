@@ -64,11 +64,12 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
     if (h.dboid != dboid_)
       continue;
     RingEvent ev{h.stream_id, h.msg_id, h.commit_us};
-    if (h.kind == shmem::RecordKind::Inline) {
+    if (h.kind == shmem::RecordKind::Inline || h.kind == shmem::RecordKind::RowInline) {
       const char *p = buf_.data() + (o - h.len) + sizeof(RecordHeader);
       if ((uint64)sizeof(RecordHeader) + h.data_len + h.event_len + h.visible_len > h.len)
         continue;
-      ev.ephemeral = true;
+      ev.has_payload = true;
+      ev.ephemeral = h.kind == shmem::RecordKind::Inline;
       ev.data.assign(p, h.data_len);
       ev.event.assign(p + h.data_len, h.event_len);
       ev.visible_to.assign(p + h.data_len + h.event_len, h.visible_len);

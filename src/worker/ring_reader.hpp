@@ -13,7 +13,8 @@ struct RingEvent {
   int64_t stream_id;
   int64_t msg_id;
   int64_t commit_us;
-  bool ephemeral = false; // payload below; no table row
+  bool has_payload = false; // data/event/visible_to below
+  bool ephemeral = false;   // and no table row
   std::string data, event, visible_to;
 };
 
