@@ -184,16 +184,21 @@ void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us) {
   SpinLockRelease(&w->mutex);
 }
 
-bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms) {
-  uint64 sum[kLatencyBuckets] = {0};
-  uint64 total = 0;
+void latency_buckets(LatencyWindows *w, int64 now_us, uint64 *out) {
   int64 win = now_us / 10000000;
+  memset(out, 0, sizeof(uint64) * kLatencyBuckets);
   SpinLockAcquire(&w->mutex);
   for (int i = 0; i < kLatencyWindows; i++)
     if (w->window_start[i] > win - kLatencyWindows)
       for (int b = 0; b < kLatencyBuckets; b++)
-        sum[b] += w->counts[i][b];
+        out[b] += w->counts[i][b];
   SpinLockRelease(&w->mutex);
+}
+
+bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms) {
+  uint64 sum[kLatencyBuckets];
+  uint64 total = 0;
+  latency_buckets(w, now_us, sum);
   for (int b = 0; b < kLatencyBuckets; b++)
     total += sum[b];
   if (total == 0)

@@ -52,6 +52,8 @@ struct StreamEntry {
 void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us);
 // Fills p50/p99 (ms) over the last minute; false when there is no sample.
 bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms);
+// Sums the last minute's buckets into out[kLatencyBuckets].
+void latency_buckets(LatencyWindows *w, int64 now_us, uint64 *out);
 
 // A producer backend's in-flight registration: per stream, a floor below
 // every msg_id the open transaction may insert.

@@ -672,6 +672,35 @@ void Hub::apply_retention() {
   }
 }
 
+void Hub::fill_snapshot(metrics::Snapshot *out) const {
+  const int64_t now_pg = (int64_t)GetCurrentTimestamp();
+  static_assert(metrics::kLatencyBuckets == shmem::kLatencyBuckets, "same latency buckets");
+  out->streams.clear();
+  for (const auto &[id, st] : streams_) {
+    metrics::StreamFigures f;
+    f.name = st->info.name;
+    f.horizon = st->pos.horizon;
+    if (shmem::StreamEntry *e = st->entry) {
+      shmem::StreamStats *ss = &e->stats;
+      f.subscribers = (int64_t)pg_atomic_read_u64(&ss->subscribers);
+      f.emitted = (int64_t)pg_atomic_read_u64(&e->events);
+      f.delivered = (int64_t)pg_atomic_read_u64(&ss->delivered);
+      f.overflow_dropped = (int64_t)pg_atomic_read_u64(&ss->overflow_dropped);
+      f.failed = (int64_t)pg_atomic_read_u64(&ss->failed);
+      f.bytes_sent = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
+      f.newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
+      f.has_latency = shmem::latency_percentiles(&ss->latency, now_pg, &f.latency_p50_ms, &f.latency_p99_ms);
+      uint64 buckets[shmem::kLatencyBuckets];
+      shmem::latency_buckets(&ss->latency, now_pg, buckets);
+      for (int b = 0; b < metrics::kLatencyBuckets; b++)
+        f.latency_buckets[b] = buckets[b];
+    }
+    out->streams.push_back(std::move(f));
+  }
+  std::sort(out->streams.begin(), out->streams.end(),
+            [](const metrics::StreamFigures &a, const metrics::StreamFigures &b) { return a.name < b.name; });
+}
+
 void Hub::track_written() {
   for (uint64_t cid : subscriber_conns_) {
     auto it = conns_.find(cid);

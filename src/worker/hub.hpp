@@ -3,6 +3,7 @@
 // overruns (DESIGN §3.1, §4). Runs on the worker's main thread only.
 #pragma once
 #include "core/cursor.hpp"
+#include "core/metrics.hpp"
 #include "core/outqueue.hpp"
 #include "http/server.hpp"
 #include "worker/ring_reader.hpp"
@@ -62,6 +63,8 @@ public:
   void flush_cursors();
   // Removes rows past each stream's retention, in batches (one worker does this).
   void apply_retention();
+  // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls).
+  void fill_snapshot(metrics::Snapshot *out) const;
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,

@@ -3,6 +3,7 @@
 // WaitEventSet next to the latch (set by committing producers) and postmaster
 // death, so every PostgreSQL call happens on this main thread.
 #include "http/server.hpp"
+#include "http/status_page.hpp"
 #include "worker/hub.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
@@ -24,6 +25,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "datatype/timestamp.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void pgbus_stream_worker_main(Datum arg);
@@ -118,6 +120,51 @@ void publish_connections(const Hub &hub, const http::Server &server) {
   LWLockRelease(wc->lock);
 }
 
+bool database_ok = true; // the last round's reads worked (for /healthz)
+
+metrics::Snapshot snapshot(const Hub &hub) {
+  metrics::Snapshot s;
+  shmem::Shared *sh = shmem::shared();
+  s.now_us = (int64)GetCurrentTimestamp() + (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+  s.worker = worker_index;
+  for (int i = 0; i < shmem::kMaxWorkers; i++)
+    if (pg_atomic_read_u32(&sh->worker_pid[i]) != 0)
+      s.connections += (int64_t)pg_atomic_read_u64(&sh->worker_stats[i].connections);
+  const HubCounters &c = hub.counters();
+  s.delivered = c.delivered;
+  s.dropped = c.dropped;
+  s.catch_ups = c.overruns;
+  s.ring_overflows = pg_atomic_read_u64(&sh->ring_overflows);
+  s.database_ok = database_ok;
+  hub.fill_snapshot(&s);
+  return s;
+}
+
+// The plain GET routes. They run inside libmicrohttpd callbacks on this
+// thread and only read shared memory and the hub (no PostgreSQL calls).
+void register_routes(http::Server &server, const Hub &hub) {
+  server.set_handler("/", [](std::string *body, std::string *type) {
+    *body = http::status_page_html();
+    *type = "text/html; charset=utf-8";
+    return 200;
+  });
+  server.set_handler("/stats.json", [&hub](std::string *body, std::string *type) {
+    *body = metrics::render_json(snapshot(hub));
+    *type = "application/json";
+    return 200;
+  });
+  server.set_handler("/metrics", [&hub](std::string *body, std::string *type) {
+    *body = metrics::render_prometheus(snapshot(hub));
+    *type = "text/plain; version=0.0.4; charset=utf-8";
+    return 200;
+  });
+  server.set_handler("/healthz", [](std::string *body, std::string *type) {
+    *type = "text/plain";
+    *body = database_ok ? "ok\n" : "database unavailable\n";
+    return database_ok ? 200 : 503;
+  });
+}
+
 // Runs the loop until SIGTERM or a fatal setup error; returns the exit code.
 int run() {
   http::Server server;
@@ -129,6 +176,8 @@ int run() {
   }
   Hub hub(server, MyDatabaseId);
   hub.reload_catalog();
+  if (listening)
+    register_routes(server, hub);
 
   WaitEventSet *wes = nullptr;
   int fd = listening ? server.poll_fd() : -1;
@@ -201,6 +250,7 @@ int run() {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
       }
+      database_ok = true;
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
       if (now_ms - last_snapshot_ms >= 500) {
@@ -210,6 +260,7 @@ int run() {
     } catch (const pg::Error &e) {
       // A failed read (e.g. a queue table dropped under us) must not kill the worker.
       pg::warn(std::string("worker error: ") + e.what());
+      database_ok = false;
     }
   }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
