@@ -162,8 +162,8 @@ void stream_family(PromWriter &w, const Snapshot &s, std::string_view name, std:
 
 void latency_histogram(PromWriter &w, const Snapshot &s) {
   w.family("pgbus_stream_commit_latency_seconds", "histogram",
-           "Commit-to-queued latency of each stream over the last minute (a sliding window, so "
-           "counts can go down); _sum is approximate, from bucket midpoints.");
+           "Commit-to-queued latency of each stream's events since the worker started (one "
+           "sample per event and worker); _sum is approximate, from bucket midpoints.");
   for (const StreamFigures &f : s.streams) {
     const std::string stream = label("stream", f.name);
     uint64_t cumulative = 0;
@@ -229,7 +229,7 @@ std::string render_prometheus(const Snapshot &s) {
   const std::string worker = label("worker", std::to_string(s.worker));
 
   w.family("pgbus_stream_up", "gauge",
-           "1 if this worker's last read of the stream catalog worked, else 0.");
+           "1 if this worker's last round of database reads worked, else 0.");
   w.sample("", worker, s.database_ok ? "1" : "0");
   w.family("pgbus_stream_connections", "gauge", "Open SSE connections, all workers.");
   w.sample("", "", int_value(s.connections));
@@ -241,8 +241,8 @@ std::string render_prometheus(const Snapshot &s) {
   const Counter worker_counters[] = {
       {"pgbus_stream_delivered_total", "Frames this worker queued to connections.", s.delivered},
       {"pgbus_stream_dropped_total", "Frames this worker dropped (overflow policy).", s.dropped},
-      {"pgbus_stream_catch_ups_total", "Connections this worker caught up from the queue table.",
-       s.catch_ups},
+      {"pgbus_stream_catch_ups_total",
+       "Times this worker fell behind the ring and caught up from the queue tables.", s.catch_ups},
       {"pgbus_stream_ring_overflows_total",
        "Times the shared ring overflowed (the workers then read from the tables).",
        s.ring_overflows}};

@@ -30,6 +30,7 @@ static void init_stream_stats(StreamStats *st) {
   SpinLockInit(&st->latency.mutex);
   memset(st->latency.window_start, 0, sizeof(st->latency.window_start));
   memset(st->latency.counts, 0, sizeof(st->latency.counts));
+  memset(st->latency.total, 0, sizeof(st->latency.total));
 }
 
 static Size ring_bytes() { return (Size)guc::ring_size_kb * 1024; }
@@ -181,6 +182,7 @@ void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us) {
     memset(w->counts[idx], 0, sizeof(w->counts[idx]));
   }
   w->counts[idx][bucket]++;
+  w->total[bucket]++;
   SpinLockRelease(&w->mutex);
 }
 
@@ -192,6 +194,12 @@ void latency_buckets(LatencyWindows *w, int64 now_us, uint64 *out) {
     if (w->window_start[i] > win - kLatencyWindows)
       for (int b = 0; b < kLatencyBuckets; b++)
         out[b] += w->counts[i][b];
+  SpinLockRelease(&w->mutex);
+}
+
+void latency_totals(LatencyWindows *w, uint64 *out) {
+  SpinLockAcquire(&w->mutex);
+  memcpy(out, w->total, sizeof(uint64) * kLatencyBuckets);
   SpinLockRelease(&w->mutex);
 }
 

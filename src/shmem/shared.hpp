@@ -26,6 +26,7 @@ struct LatencyWindows {
   slock_t mutex;
   int64 window_start[kLatencyWindows]; // epoch seconds / 10 of each window
   uint32 counts[kLatencyWindows][kLatencyBuckets];
+  uint64 total[kLatencyBuckets]; // since start, only grows (Prometheus histogram)
 };
 
 // Per-stream figures written by the workers (summed over workers).
@@ -54,6 +55,8 @@ void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us);
 bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms);
 // Sums the last minute's buckets into out[kLatencyBuckets].
 void latency_buckets(LatencyWindows *w, int64 now_us, uint64 *out);
+// Copies the cumulative buckets (since start) into out[kLatencyBuckets].
+void latency_totals(LatencyWindows *w, uint64 *out);
 
 // A producer backend's in-flight registration: per stream, a floor below
 // every msg_id the open transaction may insert.

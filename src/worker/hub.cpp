@@ -331,19 +331,45 @@ void Hub::advance_horizons(const HorizonBounds &b) {
   }
 }
 
+// Ring events were lost (ring lapped, or a transaction too large for it):
+// the tables are the truth. Each stream learns the ids it missed, and every
+// subscription pages the missed rows itself, as a replay with flow control.
 void Hub::catch_up_all() {
   counters_.overruns++;
   const int64_t page = guc::replay_page_size;
   for (auto &[id, st] : streams_) {
+    for (uint64_t cid : st->conns) {
+      auto it = conns_.find(cid);
+      if (it == conns_.end())
+        continue;
+      for (Sub &sub : it->second.subs) {
+        if (sub.st != st.get())
+          continue;
+        if (sub.synced) {
+          sub.pos = st->pos;
+          sub.synced = false;
+        }
+        if (!sub.replaying) {
+          sub.replaying = true;
+          sub.page_after = sub.pos.horizon;
+        } else {
+          sub.page_after = std::min(sub.page_after, sub.pos.horizon);
+        }
+        if (std::find(replaying_.begin(), replaying_.end(), cid) == replaying_.end())
+          replaying_.push_back(cid);
+      }
+    }
     int64_t after = st->pos.horizon;
     for (;;) {
       std::vector<Row> rows = read_rows(st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, after, page);
       for (const Row &r : rows)
-        dispatch(*st, r);
+        st->pos.add(r.msg_id);
       if ((int64_t)rows.size() < page)
         break;
       after = rows.back().msg_id;
     }
+    st->token.clear();
+    st->pos.encode(st->token);
   }
 }
 
@@ -691,7 +717,7 @@ void Hub::fill_snapshot(metrics::Snapshot *out) const {
       f.newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
       f.has_latency = shmem::latency_percentiles(&ss->latency, now_pg, &f.latency_p50_ms, &f.latency_p99_ms);
       uint64 buckets[shmem::kLatencyBuckets];
-      shmem::latency_buckets(&ss->latency, now_pg, buckets);
+      shmem::latency_totals(&ss->latency, buckets);
       for (int b = 0; b < metrics::kLatencyBuckets; b++)
         f.latency_buckets[b] = buckets[b];
     }

@@ -140,6 +140,19 @@ metrics::Snapshot snapshot(const Hub &hub) {
   return s;
 }
 
+// /healthz's answer: can this worker still run a query?
+bool probe_database() {
+  try {
+    pg::SpiTx tx;
+    tx.query("SELECT 1");
+    tx.commit();
+    return true;
+  } catch (const pg::Error &e) {
+    pg::warn(std::string("database probe failed: ") + e.what());
+    return false;
+  }
+}
+
 // The plain GET routes. They run inside libmicrohttpd callbacks on this
 // thread and only read shared memory and the hub (no PostgreSQL calls).
 void register_routes(http::Server &server, const Hub &hub) {
@@ -194,6 +207,7 @@ int run() {
   int64 last_snapshot_ms = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
+  int64 last_probe_ms = 0;
   while (!got_sigterm) {
     long timeout = listening ? server.timeout_ms() : -1;
     if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
@@ -246,11 +260,14 @@ int run() {
         hub.flush_cursors();
         last_flush_ms = now_flush_ms;
       }
+      if (now_flush_ms - last_probe_ms >= 5000) {
+        last_probe_ms = now_flush_ms;
+        database_ok = probe_database();
+      }
       if (worker_index == 0 && now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
       }
-      database_ok = true;
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
       if (now_ms - last_snapshot_ms >= 500) {
@@ -260,7 +277,6 @@ int run() {
     } catch (const pg::Error &e) {
       // A failed read (e.g. a queue table dropped under us) must not kill the worker.
       pg::warn(std::string("worker error: ") + e.what());
-      database_ok = false;
     }
   }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");

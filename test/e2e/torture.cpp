@@ -4,7 +4,7 @@
 // with commit order (a message whose COMMIT returned before another's INSERT
 // began must arrive first). Exit 0 on success; prints a JSON summary.
 //
-// usage: torture --conninfo "..." --port N --stream S [--producers 8] [--messages 20000]
+// usage: torture --conninfo "..." --port N --stream S [--producers 8] [--messages 20000] [--crash-ok 1]
 //                [--subscribers 4] [--rollback-pct 10] [--max-sleep-ms 3] [--reconnect-every 300]
 //                [--timeout 120]
 #include <libpq-fe.h>
@@ -37,6 +37,7 @@ struct Options {
   std::string stream = "torture";
   int producers = 8, messages = 20000, subscribers = 4, rollback_pct = 10, max_sleep_ms = 3;
   int reconnect_every = 300, timeout_s = 120;
+  bool tolerate_crash = false; // --crash-ok 1: producers reconnect after the server restarts
 };
 
 int64_t now_us() {
@@ -52,6 +53,7 @@ struct Sent {
 std::mutex g_mu;
 std::unordered_map<std::string, Sent> g_committed; // key -> times
 std::set<std::string> g_rolled_back;
+std::set<std::string> g_uncertain; // the server went away before COMMIT answered
 std::atomic<int> g_next{0};
 std::atomic<bool> g_producers_done{false};
 
@@ -66,10 +68,21 @@ bool exec_ok(PGconn *c, const char *sql, std::string *val = nullptr) {
   return ok;
 }
 
+PGconn *connect_retry(const Options &o) {
+  for (int attempt = 0; attempt < 300; attempt++) { // the server may be restarting after a crash
+    PGconn *c = PQconnectdb(o.conninfo.c_str());
+    if (PQstatus(c) == CONNECTION_OK)
+      return c;
+    PQfinish(c);
+    usleep(100000);
+  }
+  return nullptr;
+}
+
 void producer(const Options &o, int index, std::atomic<bool> *failed) {
-  PGconn *c = PQconnectdb(o.conninfo.c_str());
-  if (PQstatus(c) != CONNECTION_OK) {
-    fprintf(stderr, "producer connect: %s", PQerrorMessage(c));
+  PGconn *c = connect_retry(o);
+  if (!c) {
+    fprintf(stderr, "producer %d cannot connect\n", index);
     *failed = true;
     return;
   }
@@ -83,11 +96,7 @@ void producer(const Options &o, int index, std::atomic<bool> *failed) {
     bool rollback = (int)(rng() % 100) < o.rollback_pct;
     std::vector<std::string> keys;
     int64_t start = now_us();
-    if (!exec_ok(c, "BEGIN")) {
-      *failed = true;
-      break;
-    }
-    bool ok = true;
+    bool ok = exec_ok(c, "BEGIN");
     for (int k = 0; k < n && ok; k++) {
       std::string key = "m" + std::to_string(first + k);
       keys.push_back(key);
@@ -96,16 +105,25 @@ void producer(const Options &o, int index, std::atomic<bool> *failed) {
       if (ok && o.max_sleep_ms > 0 && rng() % 2)
         usleep((useconds_t)(rng() % (o.max_sleep_ms * 1000)));
     }
-    if (!ok) {
-      *failed = true;
-      break;
-    }
-    if (!exec_ok(c, rollback ? "ROLLBACK" : "COMMIT")) {
-      *failed = true;
-      break;
-    }
+    bool ended = ok && exec_ok(c, rollback ? "ROLLBACK" : "COMMIT");
     int64_t done = now_us();
     std::lock_guard<std::mutex> lk(g_mu);
+    if (!ended) {
+      if (PQstatus(c) == CONNECTION_OK || !o.tolerate_crash) {
+        *failed = true;
+        break;
+      }
+      // Lost the server mid-transaction (a crash test): the outcome is unknown.
+      for (auto &key : keys)
+        g_uncertain.insert(key);
+      PQfinish(c);
+      c = connect_retry(o);
+      if (!c) {
+        *failed = true;
+        return;
+      }
+      continue;
+    }
     for (auto &key : keys) {
       if (rollback)
         g_rolled_back.insert(key);
@@ -242,6 +260,7 @@ int main(int argc, char **argv) {
     else if (k == "--max-sleep-ms") o.max_sleep_ms = atoi(v.c_str());
     else if (k == "--reconnect-every") o.reconnect_every = atoi(v.c_str());
     else if (k == "--timeout") o.timeout_s = atoi(v.c_str());
+    else if (k == "--crash-ok") o.tolerate_crash = atoi(v.c_str()) != 0;
     else {
       fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -300,7 +319,11 @@ int main(int argc, char **argv) {
     for (auto &kv : s.count)
       if (g_rolled_back.count(kv.first))
         fail("subscriber " + std::to_string(i) + " got rolled-back " + kv.first);
-      else if (!g_committed.count(kv.first))
+      else if (g_uncertain.count(kv.first)) {
+        if (kv.second != 1)
+          fail("subscriber " + std::to_string(i) + " got uncertain " + kv.first + " " +
+               std::to_string(kv.second) + " times");
+      } else if (!g_committed.count(kv.first))
         fail("subscriber " + std::to_string(i) + " got unknown " + kv.first);
     // Commit order: no message may arrive after one whose INSERT began after its COMMIT returned.
     std::vector<const Sent *> seq;
@@ -329,8 +352,8 @@ int main(int argc, char **argv) {
     reconnects += s.reconnects;
     gaps += s.gaps;
   }
-  printf("{\"committed\":%zu,\"rolled_back\":%zu,\"subscribers\":%d,\"reconnects\":%d,\"gap_events\":%d,"
+  printf("{\"uncertain\":%zu,\"committed\":%zu,\"rolled_back\":%zu,\"subscribers\":%d,\"reconnects\":%d,\"gap_events\":%d,"
          "\"errors\":%d}\n",
-         g_committed.size(), g_rolled_back.size(), o.subscribers, reconnects, gaps, errors);
+         g_uncertain.size(), g_committed.size(), g_rolled_back.size(), o.subscribers, reconnects, gaps, errors);
   return errors == 0 ? 0 : 1;
 }

@@ -64,6 +64,56 @@ $n1->finish;
 my $n2 = PgbusNode->new('overrun',
 	conf => "pgbus_stream.ring_size = 16\npgbus_stream.workers = 2\npgbus_stream.inline_payload_max = 0\n");
 torture_run($n2, 'overrun', 'tiny ring, two workers');
+
+# A transaction larger than half the ring never enters it: the workers catch
+# up from the table, and a connected client still gets every row once.
+{
+	my $c = $n2->open_stream('overrun');
+	my $before = $n2->safe_psql('postgres', 'SELECT sum(catch_ups) FROM pgbus_stream.workers()');
+	$n2->safe_psql('postgres',
+		q{SELECT pgbus_stream.broadcast('overrun', 'bulk ' || g) FROM generate_series(1, 2000) g});
+	ok($c->wait_for_data_events(2000, 30), 'overrun: 2000 rows of one transaction arrive');
+	$c->poll(0.5);
+	my @d = map { $_->{data} } $c->data_events;
+	is_deeply(\@d, [ map { "bulk $_" } 1 .. 2000 ], 'overrun: each once, in order');
+	my $after = $n2->safe_psql('postgres', 'SELECT sum(catch_ups) FROM pgbus_stream.workers()');
+	cmp_ok($after, '>', $before, "overrun: the workers caught up from the table ($before -> $after)");
+	$c->close;
+}
 $n2->finish;
+
+# kill -9 of the worker in the middle of the run: the postmaster restarts
+# every process; producers reconnect (a transaction cut by the crash has an
+# unknown outcome and may arrive at most once), subscribers reconnect with
+# their last id, and every committed message still arrives exactly once.
+my $n3 = PgbusNode->new('crash');
+$n3->create_stream('crash');
+{
+	my ($out, $err) = ('', '');
+	my @cmd = (
+		$bin,
+		'--conninfo' => $n3->connstr('postgres'),
+		'--port' => $n3->http_port,
+		'--stream' => 'crash',
+		'--producers' => 4,
+		'--messages' => $messages,
+		'--subscribers' => 3,
+		'--reconnect-every' => 500,
+		'--crash-ok' => 1,
+		'--timeout' => 90);
+	my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(240));
+	sleep 3;
+	my ($pid) = $n3->worker_pids;
+	$n3->expect_kill($pid, 9);
+	kill 'KILL', $pid;
+	note "killed worker $pid mid-run";
+	my $ok = eval { $h->finish };
+	ok($ok, 'kill -9 mid-run: torture passes')
+	  or diag("exit: " . ($? >> 8) . "\nstdout: $out\nstderr: $err");
+	note "crash: $out";
+	my ($committed) = $out =~ /"committed":(\d+)/;
+	cmp_ok($committed // 0, '>', $messages / 2, 'kill -9 mid-run: most messages committed');
+}
+$n3->finish;
 
 done_testing();

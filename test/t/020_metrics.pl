@@ -2,7 +2,9 @@
 # M live subscribers make stats() delivered grow by exactly N*M, and
 # /metrics (read with a strict parser of the Prometheus text format 0.0.4,
 # written below) shows the same number; /stats.json agrees; connections()
-# lists the M connections within a second; /healthz answers 200.
+# lists the M connections within a second; /healthz answers 200. Then the
+# same with two workers sharing the port: whichever worker answers /metrics,
+# the per-stream figures are the sum over both.
 use strict;
 use warnings;
 
@@ -369,6 +371,52 @@ my $final = stats_row();
 is($final->{delivered} - $after->{delivered}, $N * ($M - 1), 'delivered grew by exactly N*(M-1)');
 is(prom_value(metrics(), 'pgbus_stream_stream_delivered_total', stream => $STREAM),
 	$final->{delivered}, '/metrics still equals stats()');
+
+$_->close for @subs;
+$pg->finish;
+
+# ---- two workers: every scrape shows the figures of both ----
+
+$pg = PgbusNode->new('two_workers', conf => "pgbus_stream.workers = 2\n");
+is(scalar($pg->wait_workers(2)), 2, 'two workers run');
+$pg->create_stream($STREAM);
+my $M2 = 6;
+@subs = map { $pg->open_stream($STREAM) } 1 .. $M2;
+is(scalar(grep { $_->status == 200 && $_->event_count >= 1 } @subs), $M2, "$M2 subscribers connected");
+$t0 = time;
+my $per_worker = wait_for(
+	sub {
+		my $r = $pg->safe_psql('postgres',
+			"SELECT count(*), string_agg(DISTINCT worker::text, ',') FROM pgbus_stream.connections() "
+			  . "WHERE streams = '$STREAM'");
+		return $r =~ /^$M2\|/ ? $r : 0;
+	},
+	5);
+$took = time - $t0;
+ok($per_worker, "connections() shows the $M2 connections of both workers");
+cmp_ok($took, '<=', 1.0, sprintf('... within a second (%.2f s)', $took));
+note("workers holding connections: " . (split /\|/, $per_worker // '|')[1]);
+my $w_sum = sub { $pg->safe_psql('postgres', 'SELECT sum(delivered) FROM pgbus_stream.workers()') };
+$before = stats_row();
+my $w_sum_before = $w_sum->();
+$pg->broadcast($STREAM, "two$_") for 1 .. $N;
+is(scalar(grep { $_->wait_for_data_events($N, 10) } @subs), $M2, "each subscriber got the $N broadcasts");
+ok(wait_for(sub { stats_row()->{delivered} >= $before->{delivered} + $N * $M2 }), 'stats() caught up');
+sleep 0.5;
+$after = stats_row();
+is($after->{delivered} - $before->{delivered}, $N * $M2, "two workers: delivered grew by exactly N*M = @{[$N*$M2]}");
+is($w_sum->() - $w_sum_before, $N * $M2, 'two workers: workers() delivered grew by N*M in total');
+my %answered;
+for my $i (1 .. 8)
+{
+	my $d = metrics();
+	my ($w) = map { $_->{labels}{worker} } @{ $d->{families}{pgbus_stream_up}{samples} };
+	$answered{$w}++;
+	is(prom_value($d, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
+		$after->{delivered}, "scrape $i (worker $w): stream delivered equals stats()");
+	is(prom_value($d, 'pgbus_stream_connections'), $M2, "scrape $i (worker $w): connections of both workers");
+}
+note('scrapes answered by worker(s) ' . join(', ', map { "$_ x$answered{$_}" } sort keys %answered));
 
 $_->close for @subs;
 $pg->finish;
