@@ -191,7 +191,8 @@ std::string Hub::conn_token(const Conn &c) const {
 }
 
 bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
-                     const cursor::StreamPosition *stream_before) {
+                     const cursor::StreamPosition *stream_before,
+                     const std::shared_ptr<const std::string> *shared_frame) {
   cursor::StreamPosition before;
   if (!sub.synced) {
     if (sub.replaying && row.msg_id > sub.page_after)
@@ -200,6 +201,23 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
       return true;
     before = sub.pos;
     sub.pos.add(row.msg_id);
+  }
+  // Fast path: a single-stream subscription in step with its stream shares
+  // one encoded frame (id line included) with every such connection.
+  if (sub.synced && !c.multi && shared_frame && c.subscriber.empty() &&
+      !(row.visible_to && !row.visible_to->empty())) {
+    OutFrame f;
+    f.body = *shared_frame;
+    const size_t bytes = f.size();
+    if (server_.push(c.id, std::move(f)) == OutQueue::PushResult::Queued) {
+      counters_.delivered++;
+      batch_.delivered++;
+      batch_.bytes += bytes;
+    } else {
+      counters_.dropped++;
+      batch_.dropped++;
+    }
+    return true;
   }
   std::string token = conn_token(c);
   if (token.size() > cursor::kMaxTokenBytes) {
@@ -284,13 +302,22 @@ void Hub::dispatch(StreamState &st, const Row &row) {
   if (st.conns.empty())
     return;
   auto body = encode_body(row);
+  // The whole frame for connections in step with the stream, when the
+  // stream's own token is short enough to send.
+  std::shared_ptr<const std::string> frame;
+  if (st.token.size() <= cursor::kMaxTokenBytes) {
+    auto f = std::make_shared<std::string>();
+    f->reserve(st.token.size() + 5 + body->size());
+    f->append("id: ").append(st.token).append("\n").append(*body);
+    frame = std::move(f);
+  }
   for (uint64_t cid : st.conns) {
     auto it = conns_.find(cid);
     if (it == conns_.end())
       continue;
     for (Sub &sub : it->second.subs)
       if (sub.st == &st)
-        deliver_to(it->second, sub, row, body, near_bound ? &before : nullptr);
+        deliver_to(it->second, sub, row, body, near_bound ? &before : nullptr, frame ? &frame : nullptr);
   }
   flush_stats(st, row.commit_us);
 }

@@ -105,7 +105,8 @@ private:
   void dispatch(StreamState &st, const Row &row);
   // Queues one row on one subscription; false when it was held back.
   bool deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
-                  const cursor::StreamPosition *stream_before = nullptr);
+                  const cursor::StreamPosition *stream_before = nullptr,
+                  const std::shared_ptr<const std::string> *shared_frame = nullptr);
   void hold(Conn &c, Sub &sub, int64_t from_id);
   std::string conn_token(const Conn &c) const;
   void advance_horizons(const HorizonBounds &b);

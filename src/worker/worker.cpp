@@ -208,12 +208,16 @@ int run() {
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
   int64 last_probe_ms = 0;
+  int64 next_run_us = 0; // write pacing (see below)
+  long defer_ms = -1;
   while (!got_sigterm) {
     long timeout = listening ? server.timeout_ms() : -1;
     if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
       timeout = 500; // connections() stays within a second of reality
     if (worker_index == 0 && (timeout < 0 || timeout > 1000L * guc::retention_interval_s))
       timeout = 1000L * guc::retention_interval_s; // retention runs on a timer
+    if (defer_ms >= 0 && (timeout < 0 || timeout > defer_ms))
+      timeout = defer_ms;
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
     WaitEvent events[3];
@@ -234,6 +238,17 @@ int run() {
       if (!listening)
         continue;
       replays_pending = hub.continue_replays();
+      // Write pacing: a write round costs about one send per connection with
+      // something queued. When a round took over a millisecond, the next one
+      // waits as long as it took (at most half the time writing), so under
+      // load several events leave in one send; small fan-outs never wait.
+      const int64 now_us = (int64)GetCurrentTimestamp();
+      if (now_us < next_run_us) {
+        defer_ms = (long)((next_run_us - now_us + 999) / 1000);
+        publish_stats(hub, server);
+        continue;
+      }
+      defer_ms = -1;
       // Requests are read by MHD while it runs; a request read by the last
       // run() of a round is decided in the next round of this loop, not after
       // the next wake-up.
@@ -253,6 +268,9 @@ int run() {
           }
         }
       }
+      const int64 run_end_us = (int64)GetCurrentTimestamp();
+      const int64 took_us = run_end_us - now_us;
+      next_run_us = took_us > 1000 ? run_end_us + std::min<int64>(took_us, 20000) : 0;
       replays_pending = hub.replays_pending();
       hub.track_written();
       int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
