@@ -19,7 +19,7 @@ SHLIB_LINK  = $(shell pkg-config --libs libmicrohttpd) -lstdc++
 EXTRA_CLEAN = tmp_check_regress results regression.diffs regression.out
 
 # Track header dependencies (.deps/); no LLVM bitcode for C++ sources.
-autodepend = yes
+override autodepend = yes
 override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
