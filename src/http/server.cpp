@@ -576,6 +576,11 @@ bool Server::progress(uint64_t conn_id, uint64_t *written, uint64_t *dropped) co
   return true;
 }
 
+size_t Server::queued_bytes(uint64_t conn_id) const {
+  auto it = impl_->conns.find(conn_id);
+  return it == impl_->conns.end() ? 0 : it->second->queue.bytes();
+}
+
 std::vector<ConnectionInfo> Server::connections() const {
   std::vector<ConnectionInfo> out;
   out.reserve(impl_->conns.size());

@@ -116,6 +116,7 @@ public:
   // Data events queued on one open connection (0 for unknown ids); the
   // worker pages replays by it.
   size_t queued_events(uint64_t conn_id) const;
+  size_t queued_bytes(uint64_t conn_id) const;
   // Data frames of one open connection written to its socket, and dropped by
   // the overflow policy; false for unknown ids.
   bool progress(uint64_t conn_id, uint64_t *written, uint64_t *dropped) const;

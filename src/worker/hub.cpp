@@ -625,6 +625,10 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
   if (rows.size() != table_rows)
     std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
   for (const Row &r : rows) {
+    if (!has_room(c.id)) {
+      flush_stats(*sub.st, 0);
+      return false; // the rest of the page is read again when the queue drains
+    }
     // Every visible id below this row has been sent; below the stream's
     // horizon the ones not returned will never be visible, so the token folds them.
     sub.pos.advance(std::min(r.msg_id - 1, sub.st->pos.horizon));
@@ -643,6 +647,14 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
     return true;
   }
   return false;
+}
+
+// Replays fill a connection's queue to half of its bounds (events and
+// bytes), so live events still fit and the overflow policy never fires
+// because of a backlog.
+bool Hub::has_room(uint64_t cid) const {
+  return server_.queued_events(cid) * 2 < (size_t)guc::queue_max_events &&
+         server_.queued_bytes(cid) * 2 < (size_t)guc::queue_max_bytes;
 }
 
 bool Hub::continue_replays() {
@@ -665,9 +677,9 @@ bool Hub::continue_replays() {
         continue;
       }
       sub.held_at_horizon = -1;
-      while (sub.replaying && sub.held_at_horizon < 0 &&
-             server_.queued_events(cid) + page <= (size_t)guc::queue_max_events)
-        replay_page(c, sub, (int64_t)page);
+      while (sub.replaying && sub.held_at_horizon < 0 && has_room(cid))
+        if (!replay_page(c, sub, (int64_t)page) && !has_room(cid))
+          break;
       pending |= sub.replaying;
     }
     if (pending)

@@ -56,6 +56,7 @@ public:
   void closed(uint64_t conn_id);
   // Continues paged replays whose connection has room; true while some remain.
   bool continue_replays();
+  bool has_room(uint64_t conn_id) const;
   bool replays_pending() const { return !replaying_.empty(); }
   // Durable subscribers: notes which ids reached their sockets (every loop),
   // and stores changed cursors in one statement (every cursor_flush_interval).

@@ -4,7 +4,8 @@
 # A. Connection flood: max_connections = 20. 25 sequential SSE connections:
 #    20 get 200, 5 get 503 + Retry-After; a burst of requests written all at
 #    once is admitted exactly up to the bound; closing some makes room again;
-#    a broadcast still reaches every live connection exactly once.
+#    a broadcast still reaches every live connection exactly once;
+#    connections() forgets closed connections.
 # B. Slowloris: sockets that send their request one byte per second (or
 #    nothing, or stop after a complete request) are closed within the
 #    request timeout (10 s), while a normal client is served meanwhile.
@@ -20,8 +21,11 @@
 #    joined with \n, CR/CRLF read as \n), ids only from the server. Event
 #    names with CR/LF/space are refused by broadcast() and nothing is
 #    written. An event larger than queue_max_bytes becomes a gap notice.
-#    (NUL cannot be in a text value, and the test database is UTF8, so
-#    invalid UTF-8 cannot be either: neither is tested.)
+#    (NUL cannot be in a text value. Invalid UTF-8 cannot be either in a
+#    UTF8 database, which is checked; in another encoding it is sent.)
+# F. Malformed requests (bad escapes, traversal, absolute-form, bad methods
+#    and versions, junk) get 4xx; bytes written after a stream's request are
+#    not read as requests and do not disturb the stream.
 # Finally the server log must not show any process killed by a signal.
 use strict;
 use warnings;
@@ -261,6 +265,32 @@ is_deeply(\@counts, [ (2) x ($MAXC - 5), (1) x 5 ], 'old connections got both br
 $_->close for @live;
 @live = ();
 ok(wait_sse_count(0), 'all flood connections released');
+# connections() is a snapshot the worker refreshes about twice a second; it
+# must not keep listing a connection that is gone. Closing the only
+# connection right after it shows up (i.e. just after a refresh) is the
+# case to get right: the worker has nothing else to wake it up.
+for my $round (1 .. 3)
+{
+	my $one = $pg->open_stream('chat');
+	my $rows;
+	my $deadline = time + 5;
+	while (time < $deadline)
+	{
+		$rows = $pg->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.connections()');
+		last if $rows == 1;
+		sleep 0.05;
+	}
+	$one->close;
+	$deadline = time + 3;
+	while (time < $deadline)
+	{
+		$rows = $pg->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.connections()');
+		last if $rows == 0;
+		sleep 0.1;
+	}
+	is($rows, 0, "round $round: connections() forgets a closed connection within 3 s");
+	last if $rows != 0;
+}
 
 # A burst: 30 requests written back to back before reading any answer.
 {
@@ -499,6 +529,19 @@ my @payloads = (
 	[ 'UTF-8', "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80 \xe2\x80\xa8 \xc2\x85" ],
 	[ 'control characters', "bell\x07 esc\x1b[31m del\x7f vt\x0b ff\x0c" ],
 );
+# Invalid UTF-8 cannot be stored in a UTF8 database (the cluster's encoding
+# follows the locale initdb ran under); elsewhere it must pass through as bytes.
+my $encoding = $pg->safe_psql('postgres', 'SHOW server_encoding');
+if ($encoding eq 'UTF8')
+{
+	my ($ret, $out, $err) = $pg->psql('postgres', q{SELECT pgbus_stream.broadcast('chat', E'bad \xff\xfe utf8')});
+	isnt($ret, 0, 'UTF8 database: a payload with invalid UTF-8 is refused before it reaches a client');
+}
+else
+{
+	note("server_encoding $encoding: invalid UTF-8 is a possible payload");
+	push @payloads, [ 'invalid UTF-8', "bad \xff\xfe\xc3 utf8 \xed\xa0\x80" ];
+}
 for my $p (@payloads)
 {
 	my ($label, $data) = @$p;
