@@ -90,6 +90,20 @@ SELECT pgbus_stream.broadcast('eph', 'durable two') AS durable_id;
 SELECT msg_id, message->>'html' AS html FROM pgbus_stream.q_pgbus_eph ORDER BY msg_id;
 SELECT pgbus_stream.broadcast('eph', repeat('x', 3000000), durable => false);
 
+-- live figures: committed events are counted at commit, rolled-back ones never
+SELECT stream, emitted, newest_id > 0 AS has_newest, subscribers FROM pgbus_stream.stats() ORDER BY stream;
+SELECT count(*) AS workers FROM pgbus_stream.workers();
+SELECT count(*) AS connections FROM pgbus_stream.connections();
+SELECT count(*) AS alerts FROM pgbus_stream.alerts();
+SELECT count(*) >= 0 AS diagnostics_readable FROM pgbus_stream.diagnostics();
+
+-- retention settings and their errors
+SELECT pgbus_stream.set_retention('eph', '7 days', 1000);
+SELECT retention, retention_max FROM pgbus_stream.streams WHERE name = 'eph';
+SELECT pgbus_stream.set_retention('eph', '-1 day');
+SELECT pgbus_stream.set_retention('eph', NULL, 0);
+SELECT pgbus_stream.set_retention('nope', '1 day');
+
 -- a re-created stream gets a new id (its epoch)
 SELECT (pgbus_stream.create_stream('chat')).id > 1 AS new_epoch;
 DROP EXTENSION pgbus_stream CASCADE;

@@ -19,6 +19,11 @@ CREATE TABLE @extschema@.streams (
   UNIQUE (queue_schema, queue_table)
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.streams', '');
+-- Stream ids are cursor epochs, so they must never repeat in this cluster,
+-- even when the extension is dropped and created again: start them at the
+-- number of seconds since 2026-01-01.
+SELECT setval(pg_get_serial_sequence('@extschema@.streams', 'id'),
+              greatest(1, extract(epoch FROM clock_timestamp())::bigint - 1767225600));
 
 -- Durable subscriber cursors, flushed by the workers in batches.
 CREATE TABLE @extschema@.subscribers (
@@ -35,9 +40,9 @@ REVOKE ALL ON @extschema@.streams, @extschema@.subscribers FROM PUBLIC;
 CREATE FUNCTION @extschema@._capture() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;
 
-CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint) RETURNS void
+CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint, fresh boolean DEFAULT false) RETURNS void
   AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
-REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint, boolean) FROM PUBLIC;
 
 -- _check_stream_name raises a clear error unless name can name a stream
 -- (it ends up in URLs and cursor tokens).
@@ -94,7 +99,7 @@ BEGIN
                  'EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
   EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %s REFERENCING NEW TABLE AS pgbus_new '
                  'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
-  PERFORM @extschema@._catalog_changed(s.id);
+  PERFORM @extschema@._catalog_changed(s.id, true);
   RETURN s;
 END $$;
 
@@ -380,3 +385,39 @@ BEGIN
     UPDATE @extschema@.streams SET retention_floor = floor WHERE id = s.id;
   END IF;
 END $$;
+
+-- diagnostics() lists recent connection lifecycle events (subscribed,
+-- rejected, closed with its reason, evicted, overflow, failed), oldest first;
+-- evicted_before counts older entries the bounded ring no longer holds
+-- (pgbus_stream.diagnostics_size).
+CREATE FUNCTION @extschema@.diagnostics(
+  OUT at timestamptz, OUT worker int, OUT connection text, OUT event text, OUT stream text,
+  OUT detail text, OUT evicted_before bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_diagnostics' LANGUAGE C;
+
+-- alerts() compares live figures with the pgbus_stream.alert_* thresholds:
+-- failed_total, overflow_dropped_total and total_queued per stream, and
+-- queue_pressure (queued events over queue_max_events) per connection.
+CREATE FUNCTION @extschema@.alerts(
+  OUT code text, OUT severity text, OUT stream text, OUT connection text, OUT subscriber text,
+  OUT value float8, OUT threshold float8)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  WITH t AS (
+    SELECT current_setting('pgbus_stream.alert_failed_total')::float8 AS failed,
+           current_setting('pgbus_stream.alert_overflow_dropped_total')::float8 AS overflow,
+           current_setting('pgbus_stream.alert_total_queued')::float8 AS queued,
+           current_setting('pgbus_stream.alert_queue_pressure_ratio')::float8 AS pressure,
+           current_setting('pgbus_stream.queue_max_events')::float8 AS max_events)
+  SELECT 'failed_total', 'critical', s.stream, NULL::text, NULL::text, s.failed::float8, t.failed
+    FROM @extschema@.stats() s, t WHERE t.failed > 0 AND s.failed >= t.failed
+  UNION ALL
+  SELECT 'overflow_dropped_total', 'warning', s.stream, NULL, NULL, s.overflow_dropped::float8, t.overflow
+    FROM @extschema@.stats() s, t WHERE t.overflow > 0 AND s.overflow_dropped >= t.overflow
+  UNION ALL
+  SELECT 'total_queued', 'warning', s.stream, NULL, NULL, s.total_queued::float8, t.queued
+    FROM @extschema@.stats() s, t WHERE t.queued > 0 AND s.total_queued >= t.queued
+  UNION ALL
+  SELECT 'queue_pressure_ratio', 'warning', c.streams, c.id, c.subscriber,
+         c.queued_events / t.max_events, t.pressure
+    FROM @extschema@.connections() c, t WHERE t.pressure > 0 AND c.queued_events / t.max_events >= t.pressure
+$$;

@@ -39,6 +39,8 @@ int memory_retention = 1000;
 char *default_event = nullptr;
 int cursor_flush_interval_ms = 1000;
 int retention_interval_s = 10;
+int diagnostics_size = 512;
+int shutdown_policy = 0;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -72,6 +74,15 @@ static bool check_event_name(char **newval, void **, GucSource) {
 
 static const struct config_enum_entry overflow_options[] = {
     {"drop_oldest", 0, false}, {"drop_newest", 1, false}, {"disconnect", 2, false}, {nullptr, 0, false}};
+
+static const struct config_enum_entry shutdown_options[] = {
+    {"drain", 0, false}, {"discard", 1, false}, {nullptr, 0, false}};
+
+// Alert thresholds (read by alerts() in SQL).
+static int alert_failed_total = 1;
+static int alert_overflow_dropped_total = 1;
+static int alert_total_queued = 10000;
+static double alert_queue_pressure_ratio = 0.8;
 
 static void define_gucs() {
   using namespace pgbs::guc;
@@ -143,6 +154,23 @@ static void define_gucs() {
                           "How often worker 0 removes messages past their stream's retention.", nullptr,
                           &retention_interval_s, 10, 1, 86400, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
                           nullptr);
+  DefineCustomIntVariable("pgbus_stream.diagnostics_size", "Lifecycle events kept for diagnostics().", nullptr,
+                          &diagnostics_size, 512, 0, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomEnumVariable("pgbus_stream.shutdown_policy",
+                           "On a clean stop: drain (send what is queued, then pgbus:shutdown) or discard.",
+                           nullptr, &shutdown_policy, 0, shutdown_options, PGC_SIGHUP, 0, nullptr, nullptr,
+                           nullptr);
+  DefineCustomIntVariable("pgbus_stream.alert_failed_total", "alerts(): failed deliveries of a stream.", nullptr,
+                          &alert_failed_total, 1, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.alert_overflow_dropped_total",
+                          "alerts(): events a stream's connections dropped on overflow.", nullptr,
+                          &alert_overflow_dropped_total, 1, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.alert_total_queued", "alerts(): events queued for a stream's connections.",
+                          nullptr, &alert_total_queued, 10000, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr,
+                          nullptr);
+  DefineCustomRealVariable("pgbus_stream.alert_queue_pressure_ratio",
+                           "alerts(): a connection's queued events over queue_max_events.", nullptr,
+                           &alert_queue_pressure_ratio, 0.8, 0.0, 1.0, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

@@ -25,4 +25,6 @@ extern int memory_retention;
 extern char *default_event;
 extern int cursor_flush_interval_ms;
 extern int retention_interval_s;
+extern int diagnostics_size;
+extern int shutdown_policy; // 0 drain, 1 discard
 } // namespace pgbs::guc

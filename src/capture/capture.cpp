@@ -462,10 +462,16 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
 extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
   if (!PG_ARGISNULL(0)) {
     int64 stream_id = PG_GETARG_INT64(0);
-    if (pgbs::shmem::stream_entry(MyDatabaseId, stream_id, true) == nullptr)
+    bool fresh = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
+    pgbs::shmem::StreamEntry *e = pgbs::shmem::stream_entry(MyDatabaseId, stream_id, true);
+    if (e == nullptr)
       ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
                       errmsg("pgbus_stream: too many streams in shared memory"),
                       errhint("Raise pgbus_stream.max_streams and restart the server.")));
+    // A new stream starts from nothing, whatever an older incarnation of the
+    // extension left in shared memory under the same id.
+    if (fresh)
+      pg_atomic_write_u64(&e->max_committed, 0);
   }
   note_catalog_change();
   PG_RETURN_VOID();

@@ -1,6 +1,8 @@
-// The status page (GET /). Everything it needs is inline so that it works
-// with no other route than /stats.json and no network access beyond the
-// worker. Stream names reach the DOM through textContent only.
+// The status page (GET /) and the stream viewer (GET /viewer). Everything
+// they need is inline so that they work with no other route than /stats.json
+// and /streams/<name> and no network access beyond the worker. Stream names,
+// payloads and ids reach the DOM through textContent (or an input's value)
+// only, never as markup.
 #include "http/status_page.hpp"
 
 namespace pgbs::http {
@@ -151,10 +153,135 @@ poll();
 </html>
 )HTML";
 
+// The viewer: one EventSource on /streams/<stream> (same origin, so no CORS
+// setting is involved). An EventSource only dispatches the event names a
+// listener was added for, and there is no "any name" listener, so the page
+// listens for the names below plus those of ?events=a,b and says so. The
+// list keeps the last kKeep entries; #count counts every one received.
+constexpr const char *kViewer = R"HTML(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>pgbus_stream viewer</title>
+<link rel="icon" href="data:,">
+<style>
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fafafa; }
+  h1 { font-size: 1.3em; margin: 0 0 .4em; }
+  h1 code { font-size: .95em; }
+  .bar { display: flex; flex-wrap: wrap; align-items: center; gap: .4em 1.2em; margin-bottom: .6em; }
+  #state { font-weight: bold; padding: .1em .6em; border-radius: 1em; background: #eee; }
+  #state.open { background: #d9f2de; color: #1a7f37; }
+  #state.connecting, #state.reconnecting { background: #fff1d6; color: #9a5b00; }
+  #state.closed { background: #fde0e0; color: #c62828; }
+  form { display: inline-flex; gap: .4em; align-items: center; }
+  input { font: inherit; padding: .15em .4em; width: 10em; }
+  .note { color: #666; font-size: .85em; margin: 0 0 1em; max-width: 60em; }
+  #messages { list-style: none; margin: 0; padding: 0; max-width: 70em; }
+  #messages li { display: grid; grid-template-columns: 6em 12em 1fr; gap: .2em .8em; background: #fff;
+    border: 1px solid #ddd; border-radius: 5px; padding: .35em .7em; margin-bottom: .35em; }
+  #messages li.control { background: #f3f6fb; border-color: #d5deeb; }
+  #messages li.gap, #messages li.shutdown { background: #fff6e5; border-color: #f0d9a8; }
+  .time { color: #888; font-variant-numeric: tabular-nums; }
+  .event { font-weight: bold; color: #1565c0; overflow-wrap: anywhere; }
+  .control .event { color: #555; }
+  .data { grid-column: 1 / -1; font-family: ui-monospace, monospace; white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; }
+  .id { color: #666; font-family: ui-monospace, monospace; font-size: .9em; text-align: right; overflow-wrap: anywhere; }
+  #empty { color: #888; }
+</style>
+</head>
+<body>
+<h1>pgbus_stream viewer &mdash; stream <code id="stream"></code></h1>
+<div class="bar">
+  <span id="state" class="connecting">connecting</span>
+  <span>messages <b id="count">0</b></span>
+  <span>last id <code id="last-id">-</code></span>
+  <form method="get">
+    <label>stream <input name="stream" id="stream-input" autocomplete="off"></label>
+    <label>extra events <input name="events" id="events-input" placeholder="a,b" autocomplete="off"></label>
+    <button type="submit">open</button>
+  </form>
+  <a href="/">status page</a>
+</div>
+<p class="note">Listening on <code id="url"></code> for the events <span id="names"></span>.
+An EventSource only reports event names it listens for, so broadcasts sent with any other event name
+are received but not shown here: add their names with <code>?events=a,b</code>.
+Heartbeats are SSE comments and never show.</p>
+<p id="empty">no messages yet</p>
+<ol id="messages"></ol>
+<script>
+"use strict";
+const KEEP = 1000;
+const BASE = ["turbo-stream", "message", "pgbus:connected", "pgbus:gap-detected", "pgbus:shutdown"];
+const $ = (id) => document.getElementById(id);
+const q = new URLSearchParams(location.search);
+const stream = q.get("stream") || "demo";
+const extra = (q.get("events") || "").split(",").map((s) => s.trim())
+  .filter((s) => s && s !== "open" && s !== "error"); // those two are the connection's own
+const names = [...new Set(BASE.concat(extra))];
+const url = "/streams/" + encodeURIComponent(stream);
+let count = 0;
+
+document.title = "pgbus_stream viewer: " + stream;
+$("stream").textContent = stream;
+$("stream-input").value = stream;
+$("events-input").value = extra.join(",");
+$("url").textContent = url;
+$("names").textContent = names.join(", ");
+
+function setState(s) { $("state").textContent = s; $("state").className = s; }
+
+function two(n) { return String(n).padStart(2, "0"); }
+function clock(d) { return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds()); }
+
+function part(tag, cls, text) {
+  const e = document.createElement(tag);
+  e.className = cls;
+  e.textContent = text;
+  return e;
+}
+
+function show(e) {
+  const list = $("messages");
+  const atBottom = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
+  const li = document.createElement("li");
+  li.dataset.event = e.type;
+  li.dataset.id = e.lastEventId;
+  if (e.type.startsWith("pgbus:")) li.className = "control " + e.type.slice(6).replace(/-.*/, "");
+  li.append(part("span", "time", clock(new Date())), part("span", "event", e.type),
+            part("span", "id", e.lastEventId || "-"), part("pre", "data", e.data));
+  list.append(li);
+  while (list.children.length > KEEP) list.firstElementChild.remove();
+  count++;
+  $("count").textContent = String(count);
+  if (e.lastEventId) $("last-id").textContent = e.lastEventId;
+  $("empty").hidden = true;
+  if (atBottom) window.scrollTo(0, document.documentElement.scrollHeight);
+}
+
+setState("connecting");
+const es = new EventSource(url);
+es.addEventListener("open", () => setState("open"));
+es.addEventListener("error", () => {
+  // CONNECTING: the browser retries on its own; CLOSED: it gave up (for
+  // example a 404 for an unknown stream) and the page must be reloaded.
+  setState(es.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
+});
+for (const name of names) es.addEventListener(name, show);
+</script>
+</body>
+</html>
+)HTML";
+
 } // namespace
 
 const std::string &status_page_html() {
   static const std::string page = kPage;
+  return page;
+}
+
+const std::string &viewer_page_html() {
+  static const std::string page = kViewer;
   return page;
 }
 

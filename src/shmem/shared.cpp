@@ -7,6 +7,8 @@ extern "C" {
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "access/twophase.h"
+#include "datatype/timestamp.h"
+#include "utils/timestamp.h"
 }
 
 #include "pgbus_stream.hpp"
@@ -40,6 +42,7 @@ Size shmem_size() {
   sz = add_size(sz, MAXALIGN(mul_size(guc::max_streams, sizeof(StreamEntry))));
   sz = add_size(sz, MAXALIGN(mul_size(slot_count(), sizeof(BackendSlot))));
   sz = add_size(sz, MAXALIGN(mul_size(mul_size(guc::workers, conns_per_worker()), sizeof(ConnSnapshot))));
+  sz = add_size(sz, MAXALIGN(mul_size(guc::diagnostics_size, sizeof(DiagEntry))));
   sz = add_size(sz, ring_bytes());
   return sz;
 }
@@ -94,6 +97,13 @@ void shmem_startup() {
     p += wc->capacity * sizeof(ConnSnapshot);
   }
   p = (char *)MAXALIGN(p);
+  if (!found) {
+    SpinLockInit(&s->diagnostics.mutex);
+    s->diagnostics.next = 0;
+    s->diagnostics.capacity = guc::diagnostics_size;
+  }
+  s->diagnostics.items = (DiagEntry *)p;
+  p += MAXALIGN(mul_size(s->diagnostics.capacity, sizeof(DiagEntry)));
   s->ring = p;
   if (!found) {
     for (int i = 0; i < s->max_streams; i++) {
@@ -168,6 +178,30 @@ void advance_max_committed(StreamEntry *e, int64 id) {
     if (pg_atomic_compare_exchange_u64(&e->max_committed, &cur, (uint64)id))
       break;
   }
+}
+
+static void copy_field(char *dst, size_t cap, const char *src) {
+  size_t n = src ? strnlen(src, cap - 1) : 0;
+  if (n)
+    memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream, const char *detail) {
+  Diagnostics *d = &g_shared->diagnostics;
+  if (d->capacity <= 0)
+    return;
+  DiagEntry e;
+  e.at_us = (int64)GetCurrentTimestamp() + (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+  e.worker = worker;
+  e.conn_id = conn_id;
+  copy_field(e.event, sizeof(e.event), event);
+  copy_field(e.stream, sizeof(e.stream), stream);
+  copy_field(e.detail, sizeof(e.detail), detail);
+  SpinLockAcquire(&d->mutex);
+  d->items[d->next % (uint64)d->capacity] = e;
+  d->next++;
+  SpinLockRelease(&d->mutex);
 }
 
 void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us) {

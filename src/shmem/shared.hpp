@@ -102,6 +102,23 @@ struct WorkerConns {
   ConnSnapshot *items;
 };
 
+// A bounded ring of recent connection lifecycle events (diagnostics()).
+struct DiagEntry {
+  int64 at_us; // Unix epoch microseconds
+  int32 worker;
+  uint64 conn_id;
+  char event[16];
+  char stream[64];
+  char detail[128];
+};
+struct Diagnostics {
+  slock_t mutex; // guards a memcpy into one entry
+  uint64 next;   // entries ever written
+  int capacity;
+  DiagEntry *items;
+};
+void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream, const char *detail);
+
 struct Shared {
   LWLock *ring_lock;    // appending to / copying from the ring
   LWLock *streams_lock; // creating StreamEntry rows
@@ -116,6 +133,7 @@ struct Shared {
   pg_atomic_uint32 worker_pid[kMaxWorkers];
   WorkerStats worker_stats[kMaxWorkers];
   WorkerConns worker_conns[kMaxWorkers];
+  Diagnostics diagnostics;
   StreamEntry *streams; // max_streams entries, open addressing
   BackendSlot *slots;   // one per PGPROC
   char *ring;

@@ -17,6 +17,7 @@ extern "C" {
 PG_FUNCTION_INFO_V1(pgbus_stream_stream_stats);
 PG_FUNCTION_INFO_V1(pgbus_stream_worker_stats);
 PG_FUNCTION_INFO_V1(pgbus_stream_connections);
+PG_FUNCTION_INFO_V1(pgbus_stream_diagnostics);
 }
 
 // _stream_stats(): one row per stream of this database known to shared memory.
@@ -123,5 +124,45 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
     }
     pfree(copy);
   }
+  return (Datum)0;
+}
+
+static Datum unix_us_to_timestamptz(int64 us) {
+  return TimestampTzGetDatum(
+      (TimestampTz)(us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC)));
+}
+
+// diagnostics(): the ring of recent lifecycle events, oldest first, with the
+// number of older entries it no longer holds.
+extern "C" Datum pgbus_stream_diagnostics(PG_FUNCTION_ARGS) {
+  ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+  InitMaterializedSRF(fcinfo, 0);
+  pgbs::shmem::Diagnostics *d = &pgbs::shmem::shared()->diagnostics;
+  if (d->capacity <= 0)
+    return (Datum)0;
+  pgbs::shmem::DiagEntry *copy =
+      (pgbs::shmem::DiagEntry *)palloc(sizeof(pgbs::shmem::DiagEntry) * d->capacity);
+  SpinLockAcquire(&d->mutex);
+  uint64 next = d->next;
+  memcpy(copy, d->items, sizeof(pgbs::shmem::DiagEntry) * d->capacity);
+  SpinLockRelease(&d->mutex);
+  uint64 cap = (uint64)d->capacity;
+  uint64 first = next > cap ? next - cap : 0;
+  for (uint64 i = first; i < next; i++) {
+    pgbs::shmem::DiagEntry *e = &copy[i % cap];
+    Datum values[7];
+    bool nulls[7] = {false};
+    char idbuf[24];
+    snprintf(idbuf, sizeof(idbuf), "%016llx", (unsigned long long)e->conn_id);
+    values[0] = unix_us_to_timestamptz(e->at_us);
+    values[1] = Int32GetDatum(e->worker);
+    values[2] = CStringGetTextDatum(idbuf);
+    values[3] = CStringGetTextDatum(e->event);
+    values[4] = CStringGetTextDatum(e->stream);
+    values[5] = CStringGetTextDatum(e->detail);
+    values[6] = Int64GetDatum((int64)first);
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  pfree(copy);
   return (Datum)0;
 }

@@ -33,7 +33,8 @@ std::string control_event(const std::string &event, const std::string &json) {
 
 } // namespace
 
-Hub::Hub(http::Server &server, uint32_t dboid) : server_(server), dboid_(dboid), reader_(dboid) {
+Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
+    : server_(server), dboid_(dboid), worker_index_(worker_index), reader_(dboid) {
   reader_.start();
 }
 
@@ -216,6 +217,7 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
     } else {
       counters_.dropped++;
       batch_.dropped++;
+      note_overflow(c);
     }
     return true;
   }
@@ -251,8 +253,17 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
   } else {
     counters_.dropped++;
     batch_.dropped++;
+    note_overflow(c);
   }
   return true;
+}
+
+void Hub::note_overflow(Conn &c) {
+  if (c.overflow_noted)
+    return;
+  c.overflow_noted = true;
+  shmem::record_diagnostic(worker_index_, c.id, "overflow", c.subs[0].st->info.name.c_str(),
+                           ("queue full, policy " + std::to_string(guc::overflow_policy)).c_str());
 }
 
 void Hub::hold(Conn &c, Sub &sub, int64_t from_id) {
@@ -463,13 +474,22 @@ void Hub::cycle() {
   advance_horizons(bounds);
 }
 
+void Hub::reject(const http::Request &req, int status, const std::string &reason) {
+  server_.reject(req.conn_id, status, reason);
+  std::string detail = std::to_string(status) + " " + reason;
+  if (!detail.empty() && detail.back() == '\n')
+    detail.pop_back();
+  shmem::record_diagnostic(worker_index_, req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0].c_str(),
+                           detail.c_str());
+}
+
 void Hub::subscribe(const http::Request &req) {
   if (!req.signed_name.empty()) {
-    server_.reject(req.conn_id, 404, "signed stream names are not enabled on this server\n");
+    reject(req, 404, "signed stream names are not enabled on this server\n");
     return;
   }
   if (req.streams.empty()) {
-    server_.reject(req.conn_id, 400, "no stream named\n");
+    reject(req, 400, "no stream named\n");
     return;
   }
   Conn c;
@@ -483,12 +503,12 @@ void Hub::subscribe(const http::Request &req) {
       st = find_by_name(name);
     }
     if (st == nullptr) {
-      server_.reject(req.conn_id, 404, "unknown stream: " + name + "\n");
+      reject(req, 404, "unknown stream: " + name + "\n");
       return;
     }
     for (const Sub &s : c.subs)
       if (s.st == st) {
-        server_.reject(req.conn_id, 400, "stream named twice: " + name + "\n");
+        reject(req, 400, "stream named twice: " + name + "\n");
         return;
       }
     Sub sub;
@@ -501,11 +521,11 @@ void Hub::subscribe(const http::Request &req) {
   if (text) {
     std::string err;
     if (!cursor::parse(*text, &cur, &err)) {
-      server_.reject(req.conn_id, 400, "invalid cursor: " + err + "\n");
+      reject(req, 400, "invalid cursor: " + err + "\n");
       return;
     }
     if (c.multi && cur.streams.size() == 1 && cur.streams[0].first.empty()) {
-      server_.reject(req.conn_id, 400, "invalid cursor: several streams need a name:position cursor\n");
+      reject(req, 400, "invalid cursor: several streams need a name:position cursor\n");
       return;
     }
   }
@@ -535,7 +555,7 @@ void Hub::subscribe(const http::Request &req) {
     if (req.replay == "all")
       replay_n = INT64_MAX;
     else if (!cursor::parse_int64(req.replay, &replay_n)) {
-      server_.reject(req.conn_id, 400, "invalid replay: use all or a number\n");
+      reject(req, 400, "invalid replay: use all or a number\n");
       return;
     }
   }
@@ -595,6 +615,10 @@ void Hub::subscribe(const http::Request &req) {
   sse::append_event(preamble, "", "pgbus:connected", "{\"connectionId\":\"" + hex_id(c.id) + "\"}");
   preamble += gaps;
   server_.open(c.id, std::move(preamble));
+  shmem::record_diagnostic(worker_index_, c.id, "subscribed", names.c_str(),
+                           ("since=" + conn_token(c) + (c.subscriber.empty() ? "" : " subscriber=" + c.subscriber) +
+                            " remote=" + req.remote_addr)
+                               .c_str());
   bool needs_replay = false;
   for (Sub &s : c.subs) {
     s.st->conns.push_back(c.id);

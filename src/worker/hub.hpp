@@ -43,7 +43,7 @@ struct HubCounters {
 
 class Hub {
 public:
-  Hub(http::Server &server, uint32_t dboid);
+  Hub(http::Server &server, uint32_t dboid, int worker_index);
   ~Hub(); // gives back the subscriber counts of connections still open
 
   // Loads the stream catalog; call at start and when the catalog version moves.
@@ -98,6 +98,7 @@ private:
     uint64_t tokens_base = 0;             // push index of pushed_tokens.front()
     std::string written_token;            // last id known written to the socket
     bool cursor_frozen = false;           // a frame was dropped: stop advancing the stored cursor
+    bool overflow_noted = false;          // diagnostics() has its overflow entry
     std::vector<Sub> subs;
   };
 
@@ -109,6 +110,8 @@ private:
                   const cursor::StreamPosition *stream_before = nullptr,
                   const std::shared_ptr<const std::string> *shared_frame = nullptr);
   void hold(Conn &c, Sub &sub, int64_t from_id);
+  void note_overflow(Conn &c);
+  void reject(const http::Request &req, int status, const std::string &reason);
   std::string conn_token(const Conn &c) const;
   void advance_horizons(const HorizonBounds &b);
   void catch_up_all();
@@ -126,6 +129,7 @@ private:
 
   http::Server &server_;
   uint32_t dboid_;
+  int worker_index_;
   RingReader reader_;
   uint64_t catalog_version_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<StreamState>> streams_;

@@ -187,7 +187,7 @@ int run() {
     pg::warn("cannot listen on port " + std::to_string(guc::port) + ": " + err);
     return 1;
   }
-  Hub hub(server, MyDatabaseId);
+  Hub hub(server, MyDatabaseId, worker_index);
   hub.reload_catalog();
   if (listening)
     register_routes(server, hub);
@@ -254,8 +254,13 @@ int run() {
       // the next wake-up.
       for (int round = 0; round < 8; round++) {
         server.run();
-        for (auto &[cid, reason] : server.take_closed())
+        for (auto &[cid, reason] : server.take_closed()) {
+          std::string streams, cursor, subscriber, state;
+          if (hub.describe(cid, &streams, &cursor, &subscriber, &state))
+            shmem::record_diagnostic(worker_index, cid, reason == "overflow" ? "evicted" : "closed",
+                                     streams.c_str(), ("reason=" + reason + " cursor=" + cursor).c_str());
           hub.closed(cid);
+        }
         std::vector<http::Request> pending = server.take_pending();
         if (pending.empty())
           break;
@@ -265,6 +270,8 @@ int run() {
             hub.subscribe(r);
           } catch (const pg::Error &e) {
             server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
+            shmem::record_diagnostic(worker_index, r.conn_id, "failed", r.streams.empty() ? "" : r.streams[0].c_str(),
+                                     e.what());
           }
         }
       }
@@ -300,7 +307,7 @@ int run() {
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
   hub.track_written();
   if (listening)
-    server.shutdown(guc::shutdown_drain_ms);
+    server.shutdown(guc::shutdown_policy == 0 ? guc::shutdown_drain_ms : 0);
   try {
     hub.flush_cursors(); // what reached the sockets before the stop
   } catch (const pg::Error &e) {
