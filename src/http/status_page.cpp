@@ -245,11 +245,14 @@ function show(e) {
   const list = $("messages");
   const atBottom = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
   const li = document.createElement("li");
+  // pgbus:* events carry no id of their own (lastEventId is the previous
+  // message's, kept by the EventSource), so none is shown for them.
+  const control = e.type.startsWith("pgbus:");
   li.dataset.event = e.type;
   li.dataset.id = e.lastEventId;
-  if (e.type.startsWith("pgbus:")) li.className = "control " + e.type.slice(6).replace(/-.*/, "");
+  if (control) li.className = "control " + e.type.slice(6).replace(/-.*/, "");
   li.append(part("span", "time", clock(new Date())), part("span", "event", e.type),
-            part("span", "id", e.lastEventId || "-"), part("pre", "data", e.data));
+            part("span", "id", (!control && e.lastEventId) || "-"), part("pre", "data", e.data));
   list.append(li);
   while (list.children.length > KEEP) list.firstElementChild.remove();
   count++;

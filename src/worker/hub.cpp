@@ -166,8 +166,11 @@ std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where, 
 std::shared_ptr<const std::string> Hub::encode_body(const Row &row) {
   auto body = std::make_shared<std::string>();
   body->reserve(row.data.size() + 48);
+  // An event name from a row written straight into the queue may be anything:
+  // one the SSE framing cannot carry falls back to the default.
   const char *fallback = guc::default_event ? guc::default_event : "";
-  sse::append_event(*body, "", row.event && !row.event->empty() ? *row.event : fallback, row.data);
+  const bool named = row.event && !row.event->empty() && sse::valid_event_name(*row.event);
+  sse::append_event(*body, "", named ? *row.event : fallback, row.data);
   return body;
 }
 
@@ -202,6 +205,19 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
       return true;
     before = sub.pos;
     sub.pos.add(row.msg_id);
+  }
+  // A burst (one wake-up brought more events than half a queue) must not
+  // overflow a connection that was keeping up: its durable rows are paged
+  // from the table instead, as a replay, when its queue has room again.
+  if (burst_ && !row.ephemeral && drained_at_burst_start(c) && !has_room(c.id)) {
+    if (sub.synced) {
+      sub.pos = stream_before ? *stream_before : sub.st->pos;
+      sub.synced = false;
+    } else {
+      sub.pos = std::move(before);
+    }
+    defer(c, sub, row.msg_id);
+    return false;
   }
   // Fast path: a single-stream subscription in step with its stream shares
   // one encoded frame (id line included) with every such connection.
@@ -266,6 +282,27 @@ void Hub::note_overflow(Conn &c) {
                            ("queue full, policy " + std::to_string(guc::overflow_policy)).c_str());
 }
 
+// True when the connection's queue was empty when this burst began (so it
+// keeps up and only the burst's size would overflow it).
+bool Hub::drained_at_burst_start(Conn &c) {
+  if (c.burst_seen != burst_no_) {
+    c.burst_seen = burst_no_;
+    c.drained_at_burst = server_.queued_events(c.id) == 0;
+  }
+  return c.drained_at_burst;
+}
+
+void Hub::defer(Conn &c, Sub &sub, int64_t from_id) {
+  if (!sub.replaying) {
+    sub.replaying = true;
+    sub.page_after = from_id - 1;
+  } else {
+    sub.page_after = std::min(sub.page_after, from_id - 1);
+  }
+  if (std::find(replaying_.begin(), replaying_.end(), c.id) == replaying_.end())
+    replaying_.push_back(c.id);
+}
+
 void Hub::hold(Conn &c, Sub &sub, int64_t from_id) {
   counters_.held_back++;
   // A live subscription had every visible id below from_id; a replaying one
@@ -302,7 +339,7 @@ void Hub::dispatch(StreamState &st, const Row &row) {
   if (st.pos.covers(row.msg_id))
     return; // already delivered (catch-up and ring can both carry a row)
   // Near the token bound, keep the position without this id for holds.
-  const bool near_bound = st.token.size() + 48 > cursor::kMaxTokenBytes;
+  const bool near_bound = st.token.size() + 48 > cursor::kMaxTokenBytes || burst_;
   cursor::StreamPosition before;
   if (near_bound)
     before = st.pos;
@@ -422,6 +459,9 @@ void Hub::cycle() {
   read_horizon_bounds(dboid_, ids, &bounds);
   std::vector<RingEvent> events;
   bool complete = reader_.drain(&events);
+  burst_ = events.size() * 2 > (size_t)guc::queue_max_events;
+  if (burst_)
+    burst_no_++;
   if (!events.empty()) {
     // A stream created in the same transaction as its first rows may be newer than our catalog.
     bool unknown = false;
@@ -448,6 +488,7 @@ void Hub::cycle() {
         Row row;
         row.msg_id = e.msg_id;
         row.commit_us = e.commit_us;
+        row.ephemeral = e.ephemeral;
         row.data = std::move(e.data);
         if (!e.event.empty())
           row.event = std::move(e.event);
@@ -469,6 +510,7 @@ void Hub::cycle() {
       dispatch(*streams_[e.stream_id], it->second);
     }
   }
+  burst_ = false;
   if (!complete)
     catch_up_all();
   advance_horizons(bounds);

@@ -35,6 +35,7 @@ struct Row {
   std::optional<std::string> event, visible_to;
   int64_t enqueued_us = 0;
   int64_t commit_us = 0; // from the ring; 0 for rows read by replay/catch-up
+  bool ephemeral = false; // no table row: cannot be paged from the table
 };
 
 struct HubCounters {
@@ -99,6 +100,8 @@ private:
     std::string written_token;            // last id known written to the socket
     bool cursor_frozen = false;           // a frame was dropped: stop advancing the stored cursor
     bool overflow_noted = false;          // diagnostics() has its overflow entry
+    uint64_t burst_seen = 0;              // burst number drained_at_burst refers to
+    bool drained_at_burst = false;
     std::vector<Sub> subs;
   };
 
@@ -111,6 +114,10 @@ private:
                   const std::shared_ptr<const std::string> *shared_frame = nullptr);
   void hold(Conn &c, Sub &sub, int64_t from_id);
   void note_overflow(Conn &c);
+  void defer(Conn &c, Sub &sub, int64_t from_id);
+  bool drained_at_burst_start(Conn &c);
+  bool burst_ = false;
+  uint64_t burst_no_ = 0;
   void reject(const http::Request &req, int status, const std::string &reason);
   std::string conn_token(const Conn &c) const;
   void advance_horizons(const HorizonBounds &b);

@@ -205,6 +205,7 @@ int run() {
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
+  size_t last_snapshot_count = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
   int64 last_probe_ms = 0;
@@ -295,9 +296,11 @@ int run() {
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (now_ms - last_snapshot_ms >= 500) {
+      // Within 500 ms of reality, and at once when the set of connections changed.
+      if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count) {
         publish_connections(hub, server);
         last_snapshot_ms = now_ms;
+        last_snapshot_count = server.connection_count();
       }
     } catch (const pg::Error &e) {
       // A failed read (e.g. a queue table dropped under us) must not kill the worker.

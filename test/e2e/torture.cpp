@@ -87,6 +87,7 @@ void producer(const Options &o, int index, std::atomic<bool> *failed) {
     return;
   }
   std::mt19937 rng(1234 + index);
+  int crash_failures = 0;
   for (;;) {
     int n = 1 + (int)(rng() % 5);
     int first = g_next.fetch_add(n);
@@ -109,7 +110,9 @@ void producer(const Options &o, int index, std::atomic<bool> *failed) {
     int64_t done = now_us();
     std::lock_guard<std::mutex> lk(g_mu);
     if (!ended) {
-      if (PQstatus(c) == CONNECTION_OK || !o.tolerate_crash) {
+      // In a crash test a server restart fails statements (libpq may not yet
+      // call the connection bad); a bounded number of such failures is expected.
+      if (!o.tolerate_crash || ++crash_failures > 20) {
         *failed = true;
         break;
       }

@@ -86,7 +86,7 @@ $n2->finish;
 # every process; producers reconnect (a transaction cut by the crash has an
 # unknown outcome and may arrive at most once), subscribers reconnect with
 # their last id, and every committed message still arrives exactly once.
-my $n3 = PgbusNode->new('crash');
+my $n3 = PgbusNode->new('crash', conf => "restart_after_crash = on\n");
 $n3->create_stream('crash');
 {
 	my ($out, $err) = ('', '');
@@ -96,13 +96,14 @@ $n3->create_stream('crash');
 		'--port' => $n3->http_port,
 		'--stream' => 'crash',
 		'--producers' => 4,
-		'--messages' => $messages,
+		'--messages' => 3 * $messages,
 		'--subscribers' => 3,
 		'--reconnect-every' => 500,
 		'--crash-ok' => 1,
 		'--timeout' => 90);
 	my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(240));
-	sleep 3;
+	sleep 1.5;
+	ok($h->pumpable, 'kill -9 mid-run: producers and subscribers are still running at the kill');
 	my ($pid) = $n3->worker_pids;
 	$n3->expect_kill($pid, 9);
 	kill 'KILL', $pid;
