@@ -161,6 +161,11 @@ void register_routes(http::Server &server, const Hub &hub) {
     *type = "text/html; charset=utf-8";
     return 200;
   });
+  server.set_handler("/viewer", [](std::string *body, std::string *type) {
+    *body = http::viewer_page_html();
+    *type = "text/html; charset=utf-8";
+    return 200;
+  });
   server.set_handler("/stats.json", [&hub](std::string *body, std::string *type) {
     *body = metrics::render_json(snapshot(hub));
     *type = "application/json";

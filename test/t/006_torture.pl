@@ -30,7 +30,7 @@ my $messages = $ENV{PGBUS_TORTURE_MESSAGES} // 6000;
 
 sub torture_run
 {
-	my ($pg, $stream, $name) = @_;
+	my ($pg, $stream, $name, %opt) = @_;
 	$pg->create_stream($stream);
 	my ($out, $err) = ('', '');
 	my @cmd = (
@@ -38,8 +38,8 @@ sub torture_run
 		'--conninfo' => $pg->connstr('postgres'),
 		'--port' => $pg->http_port,
 		'--stream' => $stream,
-		'--producers' => 4,
-		'--messages' => $messages,
+		'--producers' => $opt{producers} // 4,
+		'--messages' => $opt{messages} // $messages,
 		'--subscribers' => 4,
 		'--rollback-pct' => 10,
 		'--reconnect-every' => 300,
@@ -53,12 +53,13 @@ sub torture_run
 	note "$name stderr: $err" if $err ne '';
 	like($out, qr/"committed":\d+/, "$name: summary printed");
 	my ($committed) = $out =~ /"committed":(\d+)/;
-	cmp_ok($committed // 0, '>', $messages / 2, "$name: most messages committed");
+	cmp_ok($committed // 0, '>', ($opt{messages} // $messages) / 2, "$name: most messages committed");
 	return;
 }
 
 my $n1 = PgbusNode->new('torture');
-torture_run($n1, 'torture', 'default ring');
+# the issue's shape: 8 producers, 20 000 messages
+torture_run($n1, 'torture', 'default ring', producers => 8, messages => $ENV{PGBUS_TORTURE_MESSAGES} // 20000);
 $n1->finish;
 
 my $n2 = PgbusNode->new('overrun',
