@@ -3,14 +3,18 @@
 #
 #   sudo ./demo/run.sh          (or as root; the server itself runs as user pgbus)
 #   ./demo/run.sh               (as a user who can sudo, or with everything installed)
-#   ./demo/run.sh --keep        leave the demo server running afterwards
+#   ./demo/run.sh --keep        leave the demo server running afterwards, and
+#                               broadcast one message a second for 60 s more
 #
 # It installs the Debian packages it needs, builds and installs the
 # extension, creates a throwaway PostgreSQL 15 cluster in demo/.cluster with
 # pgbus_stream preloaded (free ports for PostgreSQL and for the SSE
 # listener), creates the stream "demo", listens to it with curl for a few
 # seconds while psql broadcasts a message every second, prints what curl
-# received, and stops the cluster.
+# received, prints the URL of the worker's viewer page for that stream, and
+# stops the cluster. With --keep the cluster stays up and a background loop
+# keeps broadcasting once a second for a minute, so that the viewer page
+# (http://127.0.0.1:<port>/viewer?stream=demo) shows messages arriving live.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -127,8 +131,22 @@ wait "$CURL_PID" || true
 say "what curl received"
 cat "$OUT"
 
+VIEWER="http://127.0.0.1:$SSE_PORT/viewer?stream=demo"
 say "stream URL: $URL"
 if [ $KEEP -eq 1 ]; then
+	# A producer for whoever opens the viewer: one broadcast a second for 60 s,
+	# detached from this script's output (its log is $CLUSTER/ticker.log) and
+	# deaf to the hangup that may follow this script's exit (sudo's pty). It
+	# stops early when the cluster is stopped.
+	(
+		trap '' HUP
+		for i in $(seq 1 60); do
+			"${PSQL[@]}" -At -c "SELECT 'broadcast ' || pgbus_stream.broadcast('demo', 'tick $i/60 at ' || clock_timestamp()::time(0))" \
+				|| [ -f "$CLUSTER/data/postmaster.pid" ] || break
+			sleep 1
+		done
+	) </dev/null >"$CLUSTER/ticker.log" 2>&1 &
+	TICKER_PID=$!
 	cat <<EOF
 The demo server is still running. Try:
   curl -sN $URL
@@ -136,8 +154,14 @@ The demo server is still running. Try:
 Stop it with:
   ${PGCTL[*]} stop
 EOF
+	say "viewer: $VIEWER"
+	echo "Open it in a browser on this machine: a message is broadcast to 'demo' every second"
+	echo "for the next 60 s (background process $TICKER_PID, log $CLUSTER/ticker.log)."
 else
 	stop_cluster
 	trap - EXIT
 	echo "demo cluster stopped (run with --keep to leave it running)"
+	say "viewer: $VIEWER"
+	echo "That page lists a stream's messages live while the server runs: run with --keep,"
+	echo "then open it; messages keep arriving once a second for 60 s."
 fi
