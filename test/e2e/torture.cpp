@@ -176,8 +176,9 @@ void subscriber(const Options &o, int index, Subscriber *s, std::atomic<bool> *s
       usleep(100000); // the worker may be restarting
       continue;
     }
-    std::string buf;
-    bool headers_done = false;
+    std::string buf, raw;
+    bool headers_done = false, chunked = false;
+    size_t chunk_left = 0;
     int budget = o.reconnect_every > 0 ? 1 + (int)(rng() % (2 * o.reconnect_every)) : INT32_MAX;
     std::string ev_id, ev_name, ev_data;
     bool have_data = false;
@@ -193,21 +194,53 @@ void subscriber(const Options &o, int index, Subscriber *s, std::atomic<bool> *s
         open = false;
         break;
       }
-      buf.append(tmp, (size_t)n);
+      raw.append(tmp, (size_t)n);
       if (!headers_done) {
-        size_t e = buf.find("\r\n\r\n");
+        size_t e = raw.find("\r\n\r\n");
         if (e == std::string::npos)
           continue;
-        if (buf.compare(0, 12, "HTTP/1.1 200") != 0) {
-          s->error = "status: " + buf.substr(0, buf.find("\r\n")) + " for Last-Event-ID " + last_id + " body: " +
-                     buf.substr(e + 4, 200);
+        std::string head = raw.substr(0, e);
+        for (auto &ch : head)
+          ch = (char)tolower((unsigned char)ch);
+        chunked = head.find("transfer-encoding: chunked") != std::string::npos;
+        if (raw.compare(0, 12, "HTTP/1.1 200") != 0) {
+          s->error = "status: " + raw.substr(0, raw.find("\r\n")) + " for Last-Event-ID " + last_id + " body: " +
+                     raw.substr(e + 4, 200);
           close(fd);
           usleep(100000);
           open = false;
           break;
         }
-        buf.erase(0, e + 4);
+        raw.erase(0, e + 4);
         headers_done = true;
+      }
+      // The body is chunked (HTTP/1.1): take the chunks' payload only.
+      if (!chunked) {
+        buf += raw;
+        raw.clear();
+      }
+      while (chunked) {
+        if (chunk_left == 0) {
+          size_t crlf = raw.find("\r\n");
+          if (crlf == std::string::npos)
+            break;
+          if (crlf == 0) { // the CRLF that ends a chunk's data
+            raw.erase(0, 2);
+            continue;
+          }
+          chunk_left = strtoull(raw.substr(0, crlf).c_str(), nullptr, 16);
+          raw.erase(0, crlf + 2);
+          if (chunk_left == 0) { // last chunk: the stream ended
+            open = false;
+            break;
+          }
+        }
+        size_t take = std::min<size_t>(chunk_left, raw.size());
+        if (take == 0)
+          break;
+        buf.append(raw, 0, take);
+        raw.erase(0, take);
+        chunk_left -= take;
       }
       size_t pos;
       while ((pos = buf.find('\n')) != std::string::npos) {
@@ -330,10 +363,13 @@ int main(int argc, char **argv) {
         fail("subscriber " + std::to_string(i) + " got unknown " + kv.first);
     // Commit order: no message may arrive after one whose INSERT began after its COMMIT returned.
     std::vector<const Sent *> seq;
+    std::vector<std::string> seq_keys;
     for (auto &k : s.received) {
       auto it = g_committed.find(k);
-      if (it != g_committed.end())
+      if (it != g_committed.end()) {
         seq.push_back(&it->second);
+        seq_keys.push_back(k);
+      }
     }
     int64_t suffix_min = INT64_MAX;
     std::vector<int64_t> mins(seq.size() + 1, INT64_MAX);
@@ -344,7 +380,7 @@ int main(int argc, char **argv) {
     for (size_t j = 0; j + 1 < seq.size(); j++)
       if (seq[j]->insert_start_us > mins[j + 1]) {
         fail("subscriber " + std::to_string(i) + ": order differs from commit order at position " +
-             std::to_string(j));
+             std::to_string(j) + " (" + seq_keys[j] + " arrived before a message committed before it began)");
         break;
       }
     if (!s.error.empty())
