@@ -397,7 +397,8 @@ RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_diagnostics' LANGUAGE C
 
 -- alerts() compares live figures with the pgbus_stream.alert_* thresholds:
 -- failed_total, overflow_dropped_total and total_queued per stream, and
--- queue_pressure (queued events over queue_max_events) per connection.
+-- queue_pressure (the fuller of queued events over queue_max_events and
+-- queued bytes over queue_max_bytes) per connection.
 CREATE FUNCTION @extschema@.alerts(
   OUT code text, OUT severity text, OUT stream text, OUT connection text, OUT subscriber text,
   OUT value float8, OUT threshold float8)
@@ -407,7 +408,8 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
            current_setting('pgbus_stream.alert_overflow_dropped_total')::float8 AS overflow,
            current_setting('pgbus_stream.alert_total_queued')::float8 AS queued,
            current_setting('pgbus_stream.alert_queue_pressure_ratio')::float8 AS pressure,
-           current_setting('pgbus_stream.queue_max_events')::float8 AS max_events)
+           current_setting('pgbus_stream.queue_max_events')::float8 AS max_events,
+           pg_size_bytes(current_setting('pgbus_stream.queue_max_bytes'))::float8 AS max_bytes)
   SELECT 'failed_total', 'critical', s.stream, NULL::text, NULL::text, s.failed::float8, t.failed
     FROM @extschema@.stats() s, t WHERE t.failed > 0 AND s.failed >= t.failed
   UNION ALL
@@ -418,6 +420,7 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
     FROM @extschema@.stats() s, t WHERE t.queued > 0 AND s.total_queued >= t.queued
   UNION ALL
   SELECT 'queue_pressure_ratio', 'warning', c.streams, c.id, c.subscriber,
-         c.queued_events / t.max_events, t.pressure
-    FROM @extschema@.connections() c, t WHERE t.pressure > 0 AND c.queued_events / t.max_events >= t.pressure
+         greatest(c.queued_events / t.max_events, c.queued_bytes / t.max_bytes), t.pressure
+    FROM @extschema@.connections() c, t
+   WHERE t.pressure > 0 AND greatest(c.queued_events / t.max_events, c.queued_bytes / t.max_bytes) >= t.pressure
 $$;

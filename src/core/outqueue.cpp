@@ -99,6 +99,17 @@ bool OutQueue::evict_oldest_for(size_t size) {
   return true;
 }
 
+namespace {
+// The value of a leading "id: " line of a frame (head first, then body).
+std::string frame_id(const std::string &head, const std::string *body) {
+  const std::string &text = !head.empty() ? head : (body ? *body : head);
+  if (text.compare(0, 4, "id: ") != 0)
+    return std::string();
+  size_t end = text.find('\n', 4);
+  return text.substr(4, end == std::string::npos ? std::string::npos : end - 4);
+}
+} // namespace
+
 size_t OutQueue::read_into(char *buf, size_t cap) {
   size_t n = 0;
   while (n < cap && !frames_.empty()) {
@@ -126,6 +137,7 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
     if (!f.control) {
       events_--;
       bytes_ -= f.size();
+      last_id_ = frame_id(f.head, f.body.get());
     }
     ++written_;
     head_offset_ = 0;
@@ -134,4 +146,15 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
   return n;
 }
 
+} // namespace pgbs
+
+namespace pgbs {
+std::string OutQueue::last_written_id() const { return last_id_; }
+
+std::string OutQueue::newest_queued_id() const {
+  for (auto it = frames_.rbegin(); it != frames_.rend(); ++it)
+    if (!it->control)
+      return frame_id(it->head, it->body.get());
+  return std::string();
+}
 } // namespace pgbs

@@ -54,6 +54,12 @@ public:
   uint64_t frames_written() const { return written_; } // frames fully copied out
   void set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy);
 
+  // The SSE id of the last data frame fully copied out, and of the newest
+  // data frame still queued ("" when there is none, or it has no id line):
+  // where a client told of dropped frames resumes from.
+  std::string last_written_id() const;
+  std::string newest_queued_id() const;
+
 private:
   bool evict_oldest_for(size_t size);
 
@@ -63,6 +69,7 @@ private:
   size_t max_events_, max_bytes_;
   OverflowPolicy policy_;
   uint64_t dropped_ = 0, written_ = 0;
+  std::string last_id_; // of the last data frame copied out
 };
 
 } // namespace pgbs

@@ -389,14 +389,25 @@ void Server::Impl::queue_control(Conn *c, std::string text) {
 
 // At most one gap notice waits in a queue; drops seen meanwhile are reported
 // by the next one, queued when the first has been written.
+// The notice carries "resume": the id to reconnect with to get the dropped
+// frames back (the last frame before the first drop it reports): the last
+// one written for drop_oldest, the newest still queued for drop_newest.
 void Server::Impl::note_gap(Conn *c, uint64_t dropped) {
+  if (!c->gap_resume_set) {
+    c->gap_resume = cfg.overflow_policy == OverflowPolicy::DropNewest ? c->queue.newest_queued_id() : std::string();
+    if (c->gap_resume.empty())
+      c->gap_resume = c->queue.last_written_id();
+    c->gap_resume_set = true;
+  }
   if (c->gap_queued) {
     c->gap_unreported += dropped;
     return;
   }
   std::string frame;
+  const std::string resume = c->gap_resume.empty() ? "null" : "\"" + sse::json_escape(c->gap_resume) + "\"";
+  c->gap_resume_set = false;
   sse::append_event(frame, "", "pgbus:gap-detected",
-                    "{\"reason\":\"overflow\",\"dropped\":" + std::to_string(dropped) + "}");
+                    "{\"reason\":\"overflow\",\"dropped\":" + std::to_string(dropped) + ",\"resume\":" + resume + "}");
   queue_control(c, std::move(frame));
   c->gap_queued = true;
 }

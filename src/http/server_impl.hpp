@@ -87,6 +87,8 @@ struct Conn {
   uint64_t delivered = 0;       // data frames MHD has written to the socket
   bool gap_queued = false;      // a gap notice is in the queue, not yet written
   uint64_t gap_unreported = 0;  // drops since that notice was queued
+  std::string gap_resume;       // id before the first drop the next notice reports
+  bool gap_resume_set = false;
 
   bool ending = false; // graceful end: END_OF_STREAM once the queue is flushed
   bool kill = false;   // abort: END_WITH_ERROR at the next reader call

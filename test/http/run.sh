@@ -292,14 +292,14 @@ check "drop_oldest: stuck client drops events ($line)" test "${dropped:-0}" -gt 
 check "  and its queue stays within queue_max_events" test "${qe:-999}" -le 100
 wait $r1
 check "  the client is told: pgbus:gap-detected with a count" \
-  grep -Eq '^data: \{"reason":"overflow","dropped":[0-9]+\}$' "$T/stall"
+  grep -Eq '^data: \{"reason":"overflow","dropped":[0-9]+,"resume":("[^"]+"|null)\}$' "$T/stall"
 check "  gap notice is a whole event" grep -A1 -x 'event: pgbus:gap-detected' "$T/stall" -q
 framing=$(perl -e '
   local $/; my $b = <STDIN>; my @ev = split /\n\n/, $b; pop @ev; # the last one may be cut
   my ($bad, $last, $n) = (0, 0, 0);
   for my $e (@ev) {
     if ($e =~ /^id: (\d+)\ndata: x{4000}$/) { $bad++ if $1 <= $last; $last = $1; $n++ }
-    elsif ($e =~ /^event: pgbus:gap-detected\ndata: \{"reason":"overflow","dropped":\d+\}$/) {}
+    elsif ($e =~ /^event: pgbus:gap-detected\ndata: \{"reason":"overflow","dropped":\d+,"resume":("[^"]+"|null)\}$/) {}
     elsif ($e =~ /^retry: 2000\n: pgbus stream open .*\nevent: pgbus:connected\ndata: \{.*\}$/) {}
     elsif ($e =~ /^: heartbeat \d+$/) {}
     else { $bad++ }

@@ -333,7 +333,8 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 		for my $g (@gaps)
 		{
 			my ($n) = ($g->{data} // '') =~ /"dropped":(\d+)/;
-			like($g->{data} // '', qr/^\{"reason":"overflow","dropped":\d+\}$/, "$policy: gap notice is JSON: $g->{data}");
+			like($g->{data} // '', qr/^\{"reason":"overflow","dropped":\d+,"resume":("[A-Za-z0-9._~:,-]+"|null)\}$/,
+				"$policy: gap notice is JSON with the cursor to resume from: $g->{data}");
 			is($g->{id}, undef, "$policy: gap notice carries no id");
 			$dropped += $n // 0;
 		}
@@ -354,15 +355,13 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 			is($idx[-1], $N, "$policy: the newest message arrived");
 		}
 
-		# Recovery: the last id before the first gap notice gets the rest.
-		my $before;
-		for my $e (@ev)
-		{
-			last if ($e->{event} // '') eq 'pgbus:gap-detected';
-			$before = $e if defined $e->{id};
-		}
+		# Recovery: the first notice's "resume" cursor is the id of the last
+		# frame before the first dropped one; reconnecting with it gets the rest.
+		my ($resume) = ($gaps[0]{data} // '') =~ /"resume":"([^"]+)"/;
+		my ($before) = grep { defined $resume && ($_->{id} // '') eq $resume } @data;
+		ok(!defined $resume || $before, "$policy: the resume cursor is the id of a frame the client received");
 		my $k = $before ? msg_index($before) : 0;
-		reconnect_check($pg, $before ? $before->{id} : $since, $k + 1, "$policy: reconnect with the last id before the gap");
+		reconnect_check($pg, $resume // $since, $k + 1, "$policy: reconnect with the notice's resume cursor");
 	}
 
 	# The other stalled clients: still bounded, or closed under disconnect.

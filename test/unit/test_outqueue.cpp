@@ -328,3 +328,28 @@ TEST(OutQueue, RandomOperationsKeepInvariants) {
   for (int i = 0; i < 4; ++i)
     EXPECT_GT(results[i], 100u) << "PushResult " << i;
 }
+
+TEST(OutQueue, ResumeIdsComeFromFrames) {
+  OutQueue q(10, 1000, OverflowPolicy::DropOldest);
+  EXPECT_EQ(q.last_written_id(), "");
+  EXPECT_EQ(q.newest_queued_id(), "");
+  OutFrame a; // id in the head
+  a.head = "id: 7~1\n";
+  a.body = std::make_shared<const std::string>("data: a\n\n");
+  OutFrame b; // id inside a shared body (the fan-out fast path)
+  b.body = std::make_shared<const std::string>("id: 7~2\ndata: b\n\n");
+  OutFrame c; // control frames have no id and never count
+  c.body = std::make_shared<const std::string>("event: pgbus:gap-detected\ndata: {}\n\n");
+  c.control = true;
+  q.push(a);
+  q.push(b);
+  q.push(c);
+  EXPECT_EQ(q.newest_queued_id(), "7~2");
+  char buf[64];
+  ASSERT_EQ(q.read_into(buf, a.size()), a.size());
+  EXPECT_EQ(q.last_written_id(), "7~1");
+  char rest[256];
+  q.read_into(rest, sizeof(rest));
+  EXPECT_EQ(q.last_written_id(), "7~2");
+  EXPECT_EQ(q.newest_queued_id(), "");
+}
