@@ -492,9 +492,17 @@ sys_ticks() {
         relay) echo $(( $(pg_ticks) + $(ticks "$RELAY_PID") )) ;;
     esac
 }
+# pgbus: the workers found at start are still there (a crash makes the
+# postmaster restart them under new pids); /healthz alone is not a liveness
+# test, a worker still draining a 10 000-connection backlog answers late.
+pgbus_alive() {
+    local p
+    [ -n "$PGBUS_WORKER_PIDS" ] || return 1
+    for p in $PGBUS_WORKER_PIDS; do kill -0 "$p" 2>/dev/null || return 1; done
+}
 alive_check() {
     case $1 in
-        pgbus) [ "$(http_status "$PGBUS_PORT" /healthz)" != 000 ] ;;
+        pgbus) pgbus_alive ;;
         nchan) kill -0 "$NGINX_PID" 2>/dev/null ;;
         relay) kill -0 "$RELAY_PID" 2>/dev/null ;;
     esac
