@@ -373,11 +373,12 @@ void Hub::dispatch(StreamState &st, const Row &row) {
 void Hub::advance_horizons(const HorizonBounds &b) {
   if (b.frozen)
     return;
-  for (auto &[id, st] : streams_) {
-    auto m = b.max_committed.find(id);
-    if (m == b.max_committed.end())
+  for (const auto &[id, max] : b.max_committed) {
+    auto sit = streams_.find(id);
+    if (sit == streams_.end())
       continue;
-    int64_t h = m->second;
+    auto &st = sit->second;
+    int64_t h = max;
     auto f = b.min_floor.find(id);
     if (f != b.min_floor.end())
       h = std::min(h, f->second);
@@ -451,11 +452,12 @@ void Hub::catch_up_all() {
 void Hub::cycle() {
   if (reader_.catalog_version() != catalog_version_)
     reload_catalog();
-  std::vector<int64_t> ids;
-  ids.reserve(streams_.size());
+  // Reused between wake-ups: no allocation per stream on this path.
+  std::vector<int64_t> &ids = cycle_ids_;
+  ids.clear();
   for (auto &[id, st] : streams_)
     ids.push_back(id);
-  HorizonBounds bounds;
+  HorizonBounds &bounds = cycle_bounds_;
   read_horizon_bounds(dboid_, ids, &bounds);
   std::vector<RingEvent> events;
   bool complete = reader_.drain(&events);

@@ -116,6 +116,8 @@ private:
   void note_overflow(Conn &c);
   void defer(Conn &c, Sub &sub, int64_t from_id);
   bool drained_at_burst_start(Conn &c);
+  std::vector<int64_t> cycle_ids_;
+  HorizonBounds cycle_bounds_;
   bool burst_ = false;
   uint64_t burst_no_ = 0;
   void reject(const http::Request &req, int status, const std::string &reason);

@@ -91,7 +91,7 @@ void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
     shmem::StreamEntry *&e = entries_cache[id];
     if (e == nullptr)
       e = shmem::stream_entry(dboid, id, true);
-    out->max_committed[id] = e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0;
+    out->max_committed.emplace_back(id, e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0);
   }
   pg_memory_barrier();
   for (int i = 0; i < s->nslots; i++) {

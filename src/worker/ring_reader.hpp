@@ -41,7 +41,7 @@ private:
 // Snapshot of what bounds each stream's horizon: the committed maximum read
 // first, then the lowest floor any in-flight producer published.
 struct HorizonBounds {
-  std::unordered_map<int64_t, int64_t> max_committed; // stream_id -> M
+  std::vector<std::pair<int64_t, int64_t>> max_committed; // (stream_id, M), in the order asked
   std::unordered_map<int64_t, int64_t> min_floor;     // stream_id -> lowest floor
   bool frozen = false;                                // a producer holds every horizon
 };
