@@ -102,8 +102,7 @@ void Hub::reload_catalog() {
       if (id == si.id)
         st->pos.advance(max);
     st->info = std::move(si);
-    st->token.clear();
-    st->pos.encode(st->token);
+    st->token_stale = true;
     by_name_[st->info.name] = st->info.id;
     streams_[st->info.id] = std::move(st);
   }
@@ -174,11 +173,20 @@ std::shared_ptr<const std::string> Hub::encode_body(const Row &row) {
   return body;
 }
 
+const std::string &Hub::token_of(const StreamState &st) {
+  if (st.token_stale) {
+    st.token.clear();
+    st.pos.encode(st.token);
+    st.token_stale = false;
+  }
+  return st.token;
+}
+
 std::string Hub::conn_token(const Conn &c) const {
   if (!c.multi) {
     const Sub &s = c.subs[0];
     if (s.synced)
-      return s.st->token;
+      return token_of(*s.st);
     std::string out;
     s.pos.encode(out);
     return out;
@@ -338,25 +346,27 @@ void Hub::flush_stats(StreamState &st, int64_t commit_us) {
 void Hub::dispatch(StreamState &st, const Row &row) {
   if (st.pos.covers(row.msg_id))
     return; // already delivered (catch-up and ring can both carry a row)
+  counters_.events++;
+  if (st.conns.empty()) {
+    st.pos.add(row.msg_id);
+    st.token_stale = true; // encoded when someone needs it
+    return;
+  }
   // Near the token bound, keep the position without this id for holds.
-  const bool near_bound = st.token.size() + 48 > cursor::kMaxTokenBytes || burst_;
+  const bool near_bound = token_of(st).size() + 48 > cursor::kMaxTokenBytes || burst_;
   cursor::StreamPosition before;
   if (near_bound)
     before = st.pos;
   st.pos.add(row.msg_id);
-  st.token.clear();
-  st.pos.encode(st.token);
-  counters_.events++;
-  if (st.conns.empty())
-    return;
+  st.token_stale = true;
   auto body = encode_body(row);
   // The whole frame for connections in step with the stream, when the
   // stream's own token is short enough to send.
   std::shared_ptr<const std::string> frame;
-  if (st.token.size() <= cursor::kMaxTokenBytes) {
+  if (token_of(st).size() <= cursor::kMaxTokenBytes) {
     auto f = std::make_shared<std::string>();
-    f->reserve(st.token.size() + 5 + body->size());
-    f->append("id: ").append(st.token).append("\n").append(*body);
+    f->reserve(token_of(st).size() + 5 + body->size());
+    f->append("id: ").append(token_of(st)).append("\n").append(*body);
     frame = std::move(f);
   }
   for (uint64_t cid : st.conns) {
@@ -385,8 +395,7 @@ void Hub::advance_horizons(const HorizonBounds &b) {
     if (h <= st->pos.horizon)
       continue;
     st->pos.advance(h);
-    st->token.clear();
-    st->pos.encode(st->token);
+    st->token_stale = true;
     for (uint64_t cid : st->conns) {
       auto it = conns_.find(cid);
       if (it == conns_.end())
@@ -444,8 +453,7 @@ void Hub::catch_up_all() {
         break;
       after = rows.back().msg_id;
     }
-    st->token.clear();
-    st->pos.encode(st->token);
+    st->token_stale = true;
   }
 }
 

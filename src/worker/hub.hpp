@@ -76,7 +76,8 @@ private:
   struct StreamState {
     StreamInfo info;
     cursor::StreamPosition pos; // horizon + ids delivered above it
-    std::string token;          // pos encoded, refreshed per event
+    mutable std::string token;      // pos encoded (see token_of)
+    mutable bool token_stale = true; // pos changed since token was encoded
     std::vector<uint64_t> conns;
     shmem::StreamEntry *entry = nullptr; // shared figures of this stream
     std::deque<Row> ephemeral;        // recent ephemeral broadcasts (memory_retention)
@@ -122,6 +123,8 @@ private:
   uint64_t burst_no_ = 0;
   void reject(const http::Request &req, int status, const std::string &reason);
   std::string conn_token(const Conn &c) const;
+  // The stream's position as a token, encoded only when asked after a change.
+  static const std::string &token_of(const StreamState &st);
   void advance_horizons(const HorizonBounds &b);
   void catch_up_all();
   bool replay_page(Conn &c, Sub &sub, int64_t page);
