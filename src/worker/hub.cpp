@@ -217,13 +217,17 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
   // A burst (one wake-up brought more events than half a queue) must not
   // overflow a connection that was keeping up: its durable rows are paged
   // from the table instead, as a replay, when its queue has room again.
-  if (burst_ && !row.ephemeral && drained_at_burst_start(c) && !has_room(c.id)) {
+  // Takes the row back out of the subscription's position before a deferral.
+  auto undo = [&] {
     if (sub.synced) {
       sub.pos = stream_before ? *stream_before : sub.st->pos;
       sub.synced = false;
     } else {
       sub.pos = std::move(before);
     }
+  };
+  if (burst_ && !row.ephemeral && drained_at_burst_start(c) && !has_room(c.id)) {
+    undo();
     defer(c, sub, row.msg_id);
     return false;
   }
@@ -250,12 +254,7 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
     // Too many ids above the horizon to name in a token: hold this id (and
     // what follows) back until the horizon moves, rather than send an id the
     // client could not resume from.
-    if (sub.synced) {
-      sub.pos = stream_before ? *stream_before : sub.st->pos;
-      sub.synced = false;
-    } else {
-      sub.pos = std::move(before);
-    }
+    undo();
     hold(c, sub, row.msg_id);
     return false;
   }
@@ -300,6 +299,9 @@ bool Hub::drained_at_burst_start(Conn &c) {
   return c.drained_at_burst;
 }
 
+// Stops live delivery of from_id and later ids to this subscription; a paged
+// replay sends them. A live subscription had every visible id below from_id;
+// a replaying one had every visible id up to page_after.
 void Hub::defer(Conn &c, Sub &sub, int64_t from_id) {
   if (!sub.replaying) {
     sub.replaying = true;
@@ -313,17 +315,8 @@ void Hub::defer(Conn &c, Sub &sub, int64_t from_id) {
 
 void Hub::hold(Conn &c, Sub &sub, int64_t from_id) {
   counters_.held_back++;
-  // A live subscription had every visible id below from_id; a replaying one
-  // had every visible id up to page_after.
-  if (!sub.replaying) {
-    sub.replaying = true;
-    sub.page_after = from_id - 1;
-  } else {
-    sub.page_after = std::min(sub.page_after, from_id - 1);
-  }
-  sub.held_at_horizon = sub.st->pos.horizon;
-  if (std::find(replaying_.begin(), replaying_.end(), c.id) == replaying_.end())
-    replaying_.push_back(c.id);
+  defer(c, sub, from_id);
+  sub.held_at_horizon = sub.st->pos.horizon; // paging resumes when the horizon moves
 }
 
 void Hub::flush_stats(StreamState &st, int64_t commit_us) {
