@@ -271,8 +271,16 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
     counters_.delivered++;
     batch_.delivered++;
     batch_.bytes += bytes;
-    if (!c.subscriber.empty())
-      c.pushed_tokens.push_back(std::move(token));
+    if (!c.subscriber.empty() && !c.cursor_frozen) {
+      // Bounded like the queue: more ids than it can hold means frames were
+      // dropped, and a frozen cursor needs no more of them.
+      if (c.pushed_tokens.size() > 2 * (size_t)guc::queue_max_events + 16) {
+        c.cursor_frozen = true;
+        c.pushed_tokens.clear();
+      } else {
+        c.pushed_tokens.push_back(std::move(token));
+      }
+    }
   } else {
     counters_.dropped++;
     batch_.dropped++;
@@ -848,6 +856,7 @@ void Hub::track_written() {
       // A dropped frame sits before later written ones: the stored cursor
       // stays at the last id before it; the client was told (gap-detected).
       c.cursor_frozen = true;
+      c.pushed_tokens.clear();
       continue;
     }
     if (written <= c.tokens_base)
