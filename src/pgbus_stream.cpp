@@ -41,6 +41,8 @@ int cursor_flush_interval_ms = 1000;
 int retention_interval_s = 10;
 int diagnostics_size = 512;
 int shutdown_policy = 0;
+char *admin_token = nullptr;
+bool admin_loopback_only = false;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -171,6 +173,13 @@ static void define_gucs() {
   DefineCustomRealVariable("pgbus_stream.alert_queue_pressure_ratio",
                            "alerts(): a connection's queued events over queue_max_events.", nullptr,
                            &alert_queue_pressure_ratio, 0.8, 0.0, 1.0, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.admin_token",
+                             "Bearer token required by /, /metrics, /stats.json and /healthz (empty: none).",
+                             nullptr, &admin_token, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+                             nullptr, nullptr, nullptr);
+  DefineCustomBoolVariable("pgbus_stream.admin_loopback_only",
+                           "Answer /, /metrics, /stats.json and /healthz only to loopback clients.", nullptr,
+                           &admin_loopback_only, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

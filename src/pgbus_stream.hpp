@@ -27,4 +27,6 @@ extern int cursor_flush_interval_ms;
 extern int retention_interval_s;
 extern int diagnostics_size;
 extern int shutdown_policy; // 0 drain, 1 discard
+extern char *admin_token;
+extern bool admin_loopback_only;
 } // namespace pgbs::guc

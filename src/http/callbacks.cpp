@@ -52,6 +52,20 @@ std::string format_addr(const sockaddr *sa) {
   return "?";
 }
 
+// "127.x.y.z:port" or "[::1]:port" (as format_addr writes them).
+bool is_loopback(const std::string &addr) {
+  return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 6, "[::1]") == 0 ||
+         addr.compare(0, 12, "[::ffff:127.") == 0;
+}
+
+// Compares without an early exit, so the time taken says nothing of the secret.
+bool constant_time_equal(const std::string &a, const std::string &b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); i++)
+    diff |= (unsigned char)(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
 std::string header(MHD_Connection *mc, const char *name) {
   const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, name);
   return v ? std::string(trim(v)) : std::string();
@@ -229,6 +243,19 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
       MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Transfer-Encoding"))
     return answer(c, mc, 400, "request body not allowed\n", kTextPlain, {});
   if (is_handler) {
+    if (protected_paths.count(std::string(t.path))) {
+      if (cfg.admin_loopback_only && !is_loopback(c->remote_addr))
+        return answer(c, mc, 403, "only from loopback\n", kTextPlain, {});
+      if (!cfg.admin_token.empty()) {
+        std::string token;
+        bearer_token(header(mc, "Authorization"), &token);
+        for (const auto &[k, v] : t.query)
+          if (k == "token" && token.empty())
+            token = v;
+        if (!constant_time_equal(token, cfg.admin_token))
+          return answer(c, mc, 401, "token required\n", kTextPlain, {{"WWW-Authenticate", "Bearer"}});
+      }
+    }
     c->kind = Kind::Handler;
     c->handler_path = std::string(t.path);
     return MHD_YES;

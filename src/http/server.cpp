@@ -562,6 +562,8 @@ void Server::close(uint64_t conn_id, const std::string &reason) {
     impl_->end_gracefully(c, reason);
 }
 
+void Server::protect(const std::string &path) { impl_->protected_paths.insert(path); }
+
 void Server::set_handler(const std::string &path, Handler h) {
   if (h)
     impl_->handlers[path] = std::move(h);

@@ -29,6 +29,11 @@ struct Config {
   size_t queue_max_events = 1000;
   size_t queue_max_bytes = 1 << 20;
   OverflowPolicy overflow_policy = OverflowPolicy::DropOldest;
+  // Routes marked with protect(): when admin_token is set they need it
+  // ("Authorization: Bearer" or ?token=, else 401); when admin_loopback_only,
+  // they answer only clients on 127.0.0.0/8 or ::1 (else 403).
+  std::string admin_token;
+  bool admin_loopback_only = false;
   // Request bounds (beyond: 414 / 431); libmicrohttpd refuses anything that
   // does not fit its per-connection memory either.
   size_t max_url_bytes = 8192;      // request target, query string included
@@ -107,6 +112,8 @@ public:
   // (e.g. "/healthz", "/metrics", "/"); they must not throw or call PostgreSQL.
   using Handler = std::function<int(std::string *body, std::string *content_type)>;
   void set_handler(const std::string &path, Handler h);
+  // Puts a handler route behind Config::admin_token / admin_loopback_only.
+  void protect(const std::string &path);
 
   // Clean stop: queues an "event: pgbus:shutdown" frame to every SSE
   // connection, flushes for up to `drain_ms`, then closes everything.

@@ -23,6 +23,7 @@
 #include <deque>
 #include <list>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -112,6 +113,7 @@ struct Server::Impl {
   std::deque<std::pair<int64_t, uint64_t>> decide_by; // (deadline, id), in arrival order
   std::vector<std::pair<uint64_t, std::string>> closed;
   std::map<std::string, Handler> handlers;
+  std::set<std::string> protected_paths;
   std::list<Sock *> waiting; // sockets owing a request, oldest first
   std::vector<uint64_t> ending;
   std::deque<std::string> log;

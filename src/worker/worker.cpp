@@ -66,6 +66,8 @@ http::Config http_config() {
   c.queue_max_events = (size_t)guc::queue_max_events;
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;
   c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
+  c.admin_token = guc::admin_token ? guc::admin_token : "";
+  c.admin_loopback_only = guc::admin_loopback_only;
   return c;
 }
 
@@ -181,6 +183,9 @@ void register_routes(http::Server &server, const Hub &hub) {
     *body = database_ok ? "ok\n" : "database unavailable\n";
     return database_ok ? 200 : 503;
   });
+  // Operators' routes: behind pgbus_stream.admin_token / admin_loopback_only.
+  for (const char *path : {"/", "/stats.json", "/metrics", "/healthz"})
+    server.protect(path);
 }
 
 // Runs the loop until SIGTERM or a fatal setup error; returns the exit code.
