@@ -35,7 +35,20 @@ CREATE TABLE @extschema@.subscribers (
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.subscribers', '');
 
-REVOKE ALL ON @extschema@.streams, @extschema@.subscribers FROM PUBLIC;
+-- Optional per-event history (pgbus_stream.stats_enabled), the pgbus gem's
+-- pgbus_stream_stats shape; written by the workers in batches, pruned by age
+-- (pgbus_stream.stats_max_age).
+CREATE TABLE @extschema@.stream_stats (
+  id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  stream_name text NOT NULL,
+  event_type  text NOT NULL CHECK (event_type IN ('broadcast', 'connect', 'disconnect')),
+  duration_ms float8,
+  fanout      integer,
+  created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ON @extschema@.stream_stats (created_at);
+
+REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
 
 CREATE FUNCTION @extschema@._capture() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;

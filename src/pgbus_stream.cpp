@@ -43,6 +43,8 @@ int diagnostics_size = 512;
 int shutdown_policy = 0;
 char *admin_token = nullptr;
 bool admin_loopback_only = false;
+bool stats_enabled = false;
+int stats_max_age_s = 7 * 86400;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -180,6 +182,12 @@ static void define_gucs() {
   DefineCustomBoolVariable("pgbus_stream.admin_loopback_only",
                            "Answer /, /metrics, /stats.json and /healthz only to loopback clients.", nullptr,
                            &admin_loopback_only, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomBoolVariable("pgbus_stream.stats_enabled",
+                           "Record one row per broadcast, connect and disconnect in pgbus_stream.stream_stats.",
+                           nullptr, &stats_enabled, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.stats_max_age", "Age after which stream_stats rows are deleted.", nullptr,
+                          &stats_max_age_s, 7 * 86400, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
+                          nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

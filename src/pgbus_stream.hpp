@@ -29,4 +29,6 @@ extern int diagnostics_size;
 extern int shutdown_policy; // 0 drain, 1 discard
 extern char *admin_token;
 extern bool admin_loopback_only;
+extern bool stats_enabled;
+extern int stats_max_age_s;
 } // namespace pgbs::guc

@@ -327,7 +327,50 @@ void Hub::hold(Conn &c, Sub &sub, int64_t from_id) {
   sub.held_at_horizon = sub.st->pos.horizon; // paging resumes when the horizon moves
 }
 
+void Hub::record_history(const std::string &stream, const char *event, double duration_ms, int64_t fanout) {
+  if (!guc::stats_enabled)
+    return;
+  if (history_.size() >= 100000) { // bounded between two flushes
+    history_lost_++;
+    return;
+  }
+  history_.push_back(HistoryRow{stream, event, duration_ms, fanout});
+}
+
+void Hub::flush_history() {
+  if (history_.empty())
+    return;
+  std::string json = "[";
+  char num[64];
+  for (const HistoryRow &h : history_) {
+    if (json.size() > 1)
+      json += ',';
+    snprintf(num, sizeof(num), "%.3f", h.duration_ms);
+    json += "{\"s\":\"" + sse::json_escape(h.stream) + "\",\"e\":\"" + h.event + "\",\"d\":" + num +
+            ",\"f\":" + std::to_string(h.fanout) + "}";
+  }
+  json += "]";
+  pg::SpiTx tx;
+  tx.query("INSERT INTO pgbus_stream.stream_stats (stream_name, event_type, duration_ms, fanout) "
+           "SELECT s, e, d, f FROM jsonb_to_recordset($1::jsonb) AS r(s text, e text, d float8, f int)",
+           {pg::Arg::txt(json)}, false);
+  tx.commit();
+  history_.clear();
+}
+
+void Hub::prune_history() {
+  pg::SpiTx tx;
+  tx.query("DELETE FROM pgbus_stream.stream_stats WHERE id IN (SELECT id FROM pgbus_stream.stream_stats "
+           "WHERE created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT 10000)",
+           {pg::Arg::int8(guc::stats_max_age_s)}, false);
+  tx.commit();
+}
+
 void Hub::flush_stats(StreamState &st, int64_t commit_us) {
+  if (guc::stats_enabled && commit_us > 0) {
+    const double ms = (double)((int64_t)GetCurrentTimestamp() - commit_us) / 1000.0;
+    record_history(st.info.name, "broadcast", ms, (int64_t)batch_.delivered);
+  }
   if (st.entry) {
     shmem::StreamStats *ss = &st.entry->stats;
     if (batch_.delivered)
@@ -680,6 +723,9 @@ void Hub::subscribe(const http::Request &req) {
     needs_replay |= s.replaying;
   }
   uint64_t cid = c.id;
+  c.opened_us = (int64_t)GetCurrentTimestamp();
+  for (const Sub &s : c.subs)
+    record_history(s.st->info.name, "connect", 0, 0);
   if (!c.subscriber.empty())
     subscriber_conns_.push_back(cid);
   conns_.emplace(cid, std::move(c));
@@ -938,7 +984,9 @@ void Hub::closed(uint64_t conn_id) {
     subscriber_conns_.erase(std::remove(subscriber_conns_.begin(), subscriber_conns_.end(), conn_id),
                             subscriber_conns_.end());
   }
+  const double lived_ms = (double)((int64_t)GetCurrentTimestamp() - it->second.opened_us) / 1000.0;
   for (Sub &s : it->second.subs) {
+    record_history(s.st->info.name, "disconnect", lived_ms, 0);
     if (s.st->entry)
       pg_atomic_fetch_sub_u64(&s.st->entry->stats.subscribers, 1);
     auto &v = s.st->conns;

@@ -65,6 +65,9 @@ public:
   void flush_cursors();
   // Removes rows past each stream's retention, in batches (one worker does this).
   void apply_retention();
+  // stream_stats history (stats_enabled): rows buffered, written with the cursor flush.
+  void flush_history();
+  void prune_history();
   // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls).
   void fill_snapshot(metrics::Snapshot *out) const;
   const HubCounters &counters() const { return counters_; }
@@ -96,6 +99,7 @@ private:
     uint64_t id;
     bool multi = false;
     std::string subscriber;
+    int64_t opened_us = 0; // for stream_stats durations
     std::deque<std::string> pushed_tokens; // subscriber connections: ids queued, oldest first
     uint64_t tokens_base = 0;             // push index of pushed_tokens.front()
     std::string written_token;            // last id known written to the socket
@@ -117,6 +121,14 @@ private:
   void note_overflow(Conn &c);
   void defer(Conn &c, Sub &sub, int64_t from_id);
   bool drained_at_burst_start(Conn &c);
+  struct HistoryRow {
+    std::string stream, event;
+    double duration_ms;
+    int64_t fanout;
+  };
+  std::vector<HistoryRow> history_; // bounded; beyond the bound counted in history_lost_
+  uint64_t history_lost_ = 0;
+  void record_history(const std::string &stream, const char *event, double duration_ms, int64_t fanout);
   std::vector<int64_t> cycle_ids_;
   HorizonBounds cycle_bounds_;
   bool burst_ = false;

@@ -294,6 +294,7 @@ int run() {
       int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
       if (now_flush_ms - last_flush_ms >= guc::cursor_flush_interval_ms) {
         hub.flush_cursors();
+        hub.flush_history();
         last_flush_ms = now_flush_ms;
       }
       if (now_flush_ms - last_probe_ms >= 5000) {
@@ -303,6 +304,7 @@ int run() {
       if (worker_index == 0 && now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
+        hub.prune_history();
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
