@@ -295,8 +295,24 @@ $$;
 CREATE FUNCTION @extschema@._stream_stats(
   OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
   OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
-  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_dropped bigint)
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_dropped bigint, OUT horizon bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
+
+-- _oldest_id is the lowest msg_id a stream still holds (queue or archive).
+CREATE FUNCTION @extschema@._oldest_id(s @extschema@.streams) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE v bigint;
+BEGIN
+  IF to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NULL THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE format('SELECT min(msg_id) FROM %I.%I', s.queue_schema, s.queue_table) INTO v;
+  IF s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL THEN
+    EXECUTE format('SELECT least($1, (SELECT min(msg_id) FROM %I.%I))', s.queue_schema, s.archive_table)
+      INTO v USING v;
+  END IF;
+  RETURN v;
+END $$;
 
 -- workers() shows each running worker process and its counters.
 CREATE FUNCTION @extschema@.workers(
@@ -319,14 +335,15 @@ RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C
 CREATE FUNCTION @extschema@.stats(
   OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
   OUT dropped bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
-  OUT bytes_sent bigint, OUT newest_id bigint, OUT retention_floor bigint,
-  OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+  OUT bytes_sent bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
+  OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8)
 RETURNS SETOF record LANGUAGE sql STABLE AS $$
   SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
          coalesce(x.retention_dropped, 0), coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0),
          coalesce((SELECT sum(c.queued_events) FROM @extschema@.connections() c
                     WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
-         coalesce(x.bytes_sent, 0), coalesce(x.newest_id, 0), s.retention_floor,
+         coalesce(x.bytes_sent, 0), @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
+         coalesce(x.horizon, 0), s.retention_floor,
          x.latency_p50_ms, x.latency_p99_ms
     FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
    ORDER BY s.name

@@ -29,6 +29,7 @@ static void init_stream_stats(StreamStats *st) {
   pg_atomic_init_u64(&st->failed, 0);
   pg_atomic_init_u64(&st->bytes_queued, 0);
   pg_atomic_init_u64(&st->retention_dropped, 0);
+  pg_atomic_init_u64(&st->horizon, 0);
   SpinLockInit(&st->latency.mutex);
   memset(st->latency.window_start, 0, sizeof(st->latency.window_start));
   memset(st->latency.counts, 0, sizeof(st->latency.counts));

@@ -37,6 +37,7 @@ struct StreamStats {
   pg_atomic_uint64 failed;
   pg_atomic_uint64 bytes_queued;
   pg_atomic_uint64 retention_dropped;
+  pg_atomic_uint64 horizon; // highest horizon any worker reached
   LatencyWindows latency;
 };
 

@@ -31,8 +31,8 @@ extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
     if (e->stream_id == 0 || e->dboid != MyDatabaseId)
       continue;
     pgbs::shmem::StreamStats *st = &e->stats;
-    Datum values[11];
-    bool nulls[11] = {false};
+    Datum values[12];
+    bool nulls[12] = {false};
     values[0] = Int64GetDatum(e->stream_id);
     values[1] = Int64GetDatum((int64)pg_atomic_read_u64(&st->subscribers));
     values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&e->events));
@@ -49,6 +49,7 @@ extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
       nulls[8] = nulls[9] = true;
     }
     values[10] = Int64GetDatum((int64)pg_atomic_read_u64(&st->retention_dropped));
+    values[11] = Int64GetDatum((int64)pg_atomic_read_u64(&st->horizon));
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;

@@ -436,6 +436,13 @@ void Hub::advance_horizons(const HorizonBounds &b) {
     auto f = b.min_floor.find(id);
     if (f != b.min_floor.end())
       h = std::min(h, f->second);
+    if (st->entry && st->pos.horizon > st->published_horizon) { // for stats()
+      st->published_horizon = st->pos.horizon;
+      uint64 cur = pg_atomic_read_u64(&st->entry->stats.horizon);
+      while ((int64_t)cur < st->pos.horizon &&
+             !pg_atomic_compare_exchange_u64(&st->entry->stats.horizon, &cur, (uint64)st->pos.horizon)) {
+      }
+    }
     if (h <= st->pos.horizon)
       continue;
     st->pos.advance(h);
@@ -556,8 +563,12 @@ void Hub::cycle() {
       auto it = found.find({e.stream_id, e.msg_id});
       if (it == found.end()) {
         auto st = streams_.find(e.stream_id);
-        if (st != streams_.end())
+        if (st != streams_.end()) {
           st->second->pos.add(e.msg_id); // consumed before we read it: nothing to send
+          st->second->token_stale = true;
+          if (st->second->entry)
+            pg_atomic_fetch_add_u64(&st->second->entry->stats.failed, 1);
+        }
         continue;
       }
       it->second.commit_us = e.commit_us;

@@ -83,6 +83,7 @@ private:
     mutable bool token_stale = true; // pos changed since token was encoded
     std::vector<uint64_t> conns;
     shmem::StreamEntry *entry = nullptr; // shared figures of this stream
+    int64_t published_horizon = 0;       // last horizon written to entry
     std::deque<Row> ephemeral;        // recent ephemeral broadcasts (memory_retention)
     std::deque<int64_t> evicted;      // ids of ephemeral broadcasts no longer held
     int64_t evicted_floor = 0;        // every evicted id not in `evicted` is <= this
