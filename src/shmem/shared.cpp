@@ -79,7 +79,6 @@ void shmem_startup() {
       pg_atomic_init_u64(&ws->dropped, 0);
       pg_atomic_init_u64(&ws->overruns, 0);
       pg_atomic_init_u64(&ws->events_read, 0);
-      pg_atomic_init_u64(&ws->bytes_sent, 0);
       pg_atomic_init_u64(&ws->held_back, 0);
     }
   }

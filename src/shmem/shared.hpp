@@ -80,7 +80,6 @@ struct WorkerStats {
   pg_atomic_uint64 dropped;
   pg_atomic_uint64 overruns;     // times the worker had to catch up from tables
   pg_atomic_uint64 events_read;  // ring records consumed
-  pg_atomic_uint64 bytes_sent;
   pg_atomic_uint64 held_back; // ids held back because the token would be too long
 };
 
@@ -144,7 +143,7 @@ struct Shared {
 // kind Row: a row committed into a stream's queue table (payload in the table).
 // kind Inline: payload follows: data, event, visible_to (lengths below).
 // kind RowInline: a table row whose payload was small enough to travel too.
-enum class RecordKind : uint32 { Row = 1, Inline = 2, Catalog = 3, RowInline = 4 };
+enum class RecordKind : uint32 { Row = 1, Inline = 2, RowInline = 4 };
 struct RecordHeader {
   uint32 len;
   RecordKind kind;
