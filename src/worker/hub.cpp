@@ -237,16 +237,7 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
       !(row.visible_to && !row.visible_to->empty())) {
     OutFrame f;
     f.body = *shared_frame;
-    const size_t bytes = f.size();
-    if (server_.push(c.id, std::move(f)) == OutQueue::PushResult::Queued) {
-      counters_.delivered++;
-      batch_.delivered++;
-      batch_.bytes += bytes;
-    } else {
-      counters_.dropped++;
-      batch_.dropped++;
-      note_overflow(c);
-    }
+    push(c, std::move(f));
     return true;
   }
   std::string token = conn_token(c);
@@ -265,28 +256,32 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
   f.head.reserve(token.size() + 5);
   f.head.append("id: ").append(token).append("\n");
   f.body = body;
+  if (push(c, std::move(f)) && !c.subscriber.empty() && !c.cursor_frozen) {
+    // Bounded like the queue: more ids than it can hold means frames were
+    // dropped, and a frozen cursor needs no more of them.
+    if (c.pushed_tokens.size() > 2 * (size_t)guc::queue_max_events + 16) {
+      c.cursor_frozen = true;
+      c.pushed_tokens.clear();
+    } else {
+      c.pushed_tokens.push_back(std::move(token));
+    }
+  }
+  return true;
+}
+
+// Queues one frame and counts the outcome; true when it was queued.
+bool Hub::push(Conn &c, OutFrame f) {
   const size_t bytes = f.size();
-  auto res = server_.push(c.id, std::move(f));
-  if (res == OutQueue::PushResult::Queued) {
+  if (server_.push(c.id, std::move(f)) == OutQueue::PushResult::Queued) {
     counters_.delivered++;
     batch_.delivered++;
     batch_.bytes += bytes;
-    if (!c.subscriber.empty() && !c.cursor_frozen) {
-      // Bounded like the queue: more ids than it can hold means frames were
-      // dropped, and a frozen cursor needs no more of them.
-      if (c.pushed_tokens.size() > 2 * (size_t)guc::queue_max_events + 16) {
-        c.cursor_frozen = true;
-        c.pushed_tokens.clear();
-      } else {
-        c.pushed_tokens.push_back(std::move(token));
-      }
-    }
-  } else {
-    counters_.dropped++;
-    batch_.dropped++;
-    note_overflow(c);
+    return true;
   }
-  return true;
+  counters_.dropped++;
+  batch_.dropped++;
+  note_overflow(c);
+  return false;
 }
 
 void Hub::note_overflow(Conn &c) {
@@ -943,7 +938,9 @@ void Hub::note_written_token(const Conn &c) {
     std::string text;
     pos.encode(text);
     const std::string &stream = name.empty() ? c.subs[0].st->info.name : name;
-    dirty_cursors_[{c.subscriber, stream}] = text;
+    // Bounded even if flushes keep failing: a cursor left unstored only lags.
+    if (dirty_cursors_.size() < 100000 || dirty_cursors_.count({c.subscriber, stream}))
+      dirty_cursors_[{c.subscriber, stream}] = text;
   }
 }
 

@@ -120,6 +120,7 @@ private:
                   const std::shared_ptr<const std::string> *shared_frame = nullptr);
   void hold(Conn &c, Sub &sub, int64_t from_id);
   void note_overflow(Conn &c);
+  bool push(Conn &c, OutFrame f);
   void defer(Conn &c, Sub &sub, int64_t from_id);
   bool drained_at_burst_start(Conn &c);
   struct HistoryRow {
