@@ -5,9 +5,9 @@
 #include "shmem/shared.hpp"
 
 extern "C" {
-#include "postgres.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postgres.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
@@ -24,6 +24,7 @@ int workers = 1;
 int max_connections = 10000;
 int heartbeat_interval = 15;
 int idle_timeout = 0;
+int max_lifetime = 0;
 int ring_size_kb = 8192;
 int max_streams = 1024;
 int inline_payload_max = 8192;
@@ -76,8 +77,10 @@ static bool check_event_name(char **newval, void **, GucSource) {
   return true;
 }
 
-static const struct config_enum_entry overflow_options[] = {
-    {"drop_oldest", 0, false}, {"drop_newest", 1, false}, {"disconnect", 2, false}, {nullptr, 0, false}};
+static const struct config_enum_entry overflow_options[] = {{"drop_oldest", 0, false},
+                                                            {"drop_newest", 1, false},
+                                                            {"disconnect", 2, false},
+                                                            {nullptr, 0, false}};
 
 static const struct config_enum_entry shutdown_options[] = {
     {"drain", 0, false}, {"discard", 1, false}, {nullptr, 0, false}};
@@ -90,104 +93,125 @@ static double alert_queue_pressure_ratio = 0.8;
 
 static void define_gucs() {
   using namespace pgbs::guc;
-  DefineCustomIntVariable("pgbus_stream.port", "TCP port of the SSE listener (0 = no listener).", nullptr, &port, 8080, 0,
-                          65535, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.port", "TCP port of the SSE listener (0 = no listener).",
+                          nullptr, &port, 8080, 0, 65535, PGC_POSTMASTER, 0, nullptr, nullptr,
+                          nullptr);
   DefineCustomStringVariable("pgbus_stream.listen_addresses",
-                             "Comma-separated addresses the SSE listener binds ('*' for all).", nullptr,
-                             &listen_addresses, "127.0.0.1", PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  DefineCustomStringVariable("pgbus_stream.database", "Database whose streams the workers serve.", nullptr,
-                             &database, "postgres", PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.workers", "Number of worker processes sharing the listener port.",
-                          nullptr, &workers, 1, 1, pgbs::shmem::kMaxWorkers, PGC_POSTMASTER, 0, nullptr,
-                          nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.max_connections",
-                          "Maximum SSE connections, shared among the workers.", nullptr, &max_connections,
-                          10000, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.heartbeat_interval", "Seconds between heartbeat comments.", nullptr,
-                          &heartbeat_interval, 15, 1, 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
-                          nullptr);
-  DefineCustomIntVariable("pgbus_stream.idle_timeout",
-                          "Close connections that received only heartbeats for this long (0 = never).",
-                          nullptr, &idle_timeout, 0, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
-                          nullptr);
-  DefineCustomIntVariable("pgbus_stream.ring_size", "Size of the shared commit-event ring.", nullptr,
-                          &ring_size_kb, 8192, 16, 1024 * 1024, PGC_POSTMASTER, GUC_UNIT_KB, nullptr,
-                          nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.max_streams", "Streams that shared memory can track.", nullptr,
-                          &max_streams, 1024, 16, 1000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.inline_payload_max",
-                          "Largest payload carried through shared memory instead of re-read from the table.",
-                          nullptr, &inline_payload_max, 8192, 0, 1024 * 1024, PGC_SIGHUP, GUC_UNIT_BYTE,
-                          nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.max_pending_events",
-                          "Events one transaction keeps in local memory before falling back to a table "
-                          "catch-up by the workers.",
-                          nullptr, &max_pending_events, 100000, 16, 100000000, PGC_SUSET, 0, nullptr,
-                          nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.queue_max_events", "Events queued per connection.", nullptr,
-                          &queue_max_events, 1000, 1, 10000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.queue_max_bytes", "Bytes queued per connection.", nullptr,
-                          &queue_max_bytes, 1048576, 1024, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE, nullptr,
-                          nullptr, nullptr);
-  DefineCustomEnumVariable("pgbus_stream.overflow_policy", "What happens when a connection's queue is full.",
-                           nullptr, &overflow_policy, 0, overflow_options, PGC_SIGHUP, 0, nullptr, nullptr,
-                           nullptr);
-  DefineCustomStringVariable("pgbus_stream.cors_origins",
-                             "Origins allowed to read streams from a browser ('*' for any).", nullptr,
-                             &cors_origins, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomStringVariable("pgbus_stream.queue_prefix", "Prefix of queue names made by create_stream().",
-                             nullptr, &queue_prefix, "pgbus_", PGC_SUSET, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.replay_page_size", "Rows read per replay query.", nullptr,
-                          &replay_page_size, 500, 10, 100000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.shutdown_drain", "How long a clean stop flushes queued events.",
-                          nullptr, &shutdown_drain_ms, 1000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
-                          nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.memory_retention",
-                          "Ephemeral broadcasts each worker keeps per stream for reconnecting clients.", nullptr,
-                          &memory_retention, 1000, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomStringVariable("pgbus_stream.default_event",
-                             "SSE event name of broadcasts that name none ('' sends no event line, which "
-                             "EventSource delivers as 'message', as stock Turbo expects).",
-                             nullptr, &default_event, "turbo-stream", PGC_SIGHUP, 0, check_event_name, nullptr,
+                             "Comma-separated addresses the SSE listener binds ('*' for all).",
+                             nullptr, &listen_addresses, "127.0.0.1", PGC_POSTMASTER, 0, nullptr,
+                             nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.database", "Database whose streams the workers serve.",
+                             nullptr, &database, "postgres", PGC_POSTMASTER, 0, nullptr, nullptr,
                              nullptr);
-  DefineCustomIntVariable("pgbus_stream.cursor_flush_interval",
-                          "How often workers store durable subscribers' cursors (in one batch).", nullptr,
-                          &cursor_flush_interval_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+  DefineCustomIntVariable(
+      "pgbus_stream.workers", "Number of worker processes sharing the listener port.", nullptr,
+      &workers, 1, 1, pgbs::shmem::kMaxWorkers, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.max_connections", "Maximum SSE connections, shared among the workers.", nullptr,
+      &max_connections, 10000, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.heartbeat_interval", "Seconds between heartbeat comments.",
+                          nullptr, &heartbeat_interval, 15, 1, 3600, PGC_SIGHUP, GUC_UNIT_S,
+                          nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.idle_timeout",
+      "Close connections that received only heartbeats for this long (0 = never).", nullptr,
+      &idle_timeout, 0, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.max_lifetime",
+      "End a stream this long after it opened (less up to 10% jitter); the client "
+      "reconnects with its last id (0 = never).",
+      nullptr, &max_lifetime, 0, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.ring_size", "Size of the shared commit-event ring.",
+                          nullptr, &ring_size_kb, 8192, 16, 1024 * 1024, PGC_POSTMASTER,
+                          GUC_UNIT_KB, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.max_streams", "Streams that shared memory can track.",
+                          nullptr, &max_streams, 1024, 16, 1000000, PGC_POSTMASTER, 0, nullptr,
                           nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.retention_interval",
-                          "How often worker 0 removes messages past their stream's retention.", nullptr,
-                          &retention_interval_s, 10, 1, 86400, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
+  DefineCustomIntVariable(
+      "pgbus_stream.inline_payload_max",
+      "Largest payload carried through shared memory instead of re-read from the table.", nullptr,
+      &inline_payload_max, 8192, 0, 1024 * 1024, PGC_SIGHUP, GUC_UNIT_BYTE, nullptr, nullptr,
+      nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.max_pending_events",
+      "Events one transaction keeps in local memory before falling back to a table "
+      "catch-up by the workers.",
+      nullptr, &max_pending_events, 100000, 16, 100000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.queue_max_events", "Events queued per connection.", nullptr,
+                          &queue_max_events, 1000, 1, 10000000, PGC_SIGHUP, 0, nullptr, nullptr,
                           nullptr);
-  DefineCustomIntVariable("pgbus_stream.diagnostics_size", "Lifecycle events kept for diagnostics().", nullptr,
-                          &diagnostics_size, 512, 0, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  DefineCustomEnumVariable("pgbus_stream.shutdown_policy",
-                           "On a clean stop: drain (send what is queued, then pgbus:shutdown) or discard.",
-                           nullptr, &shutdown_policy, 0, shutdown_options, PGC_SIGHUP, 0, nullptr, nullptr,
-                           nullptr);
-  DefineCustomIntVariable("pgbus_stream.alert_failed_total", "alerts(): failed deliveries of a stream.", nullptr,
-                          &alert_failed_total, 1, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.queue_max_bytes", "Bytes queued per connection.", nullptr,
+                          &queue_max_bytes, 1048576, 1024, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE,
+                          nullptr, nullptr, nullptr);
+  DefineCustomEnumVariable(
+      "pgbus_stream.overflow_policy", "What happens when a connection's queue is full.", nullptr,
+      &overflow_policy, 0, overflow_options, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.cors_origins",
+                             "Origins allowed to read streams from a browser ('*' for any).",
+                             nullptr, &cors_origins, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.queue_prefix",
+                             "Prefix of queue names made by create_stream().", nullptr,
+                             &queue_prefix, "pgbus_", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.replay_page_size", "Rows read per replay query.", nullptr,
+                          &replay_page_size, 500, 10, 100000, PGC_SIGHUP, 0, nullptr, nullptr,
+                          nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.shutdown_drain", "How long a clean stop flushes queued events.", nullptr,
+      &shutdown_drain_ms, 1000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.memory_retention",
+      "Ephemeral broadcasts each worker keeps per stream for reconnecting clients.", nullptr,
+      &memory_retention, 1000, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable(
+      "pgbus_stream.default_event",
+      "SSE event name of broadcasts that name none ('' sends no event line, which "
+      "EventSource delivers as 'message', as stock Turbo expects).",
+      nullptr, &default_event, "turbo-stream", PGC_SIGHUP, 0, check_event_name, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.cursor_flush_interval",
+                          "How often workers store durable subscribers' cursors (in one batch).",
+                          nullptr, &cursor_flush_interval_ms, 1000, 10, 3600000, PGC_SIGHUP,
+                          GUC_UNIT_MS, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.retention_interval",
+                          "How often worker 0 removes messages past their stream's retention.",
+                          nullptr, &retention_interval_s, 10, 1, 86400, PGC_SIGHUP, GUC_UNIT_S,
+                          nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.diagnostics_size",
+                          "Lifecycle events kept for diagnostics().", nullptr, &diagnostics_size,
+                          512, 0, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomEnumVariable(
+      "pgbus_stream.shutdown_policy",
+      "On a clean stop: drain (send what is queued, then pgbus:shutdown) or discard.", nullptr,
+      &shutdown_policy, 0, shutdown_options, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.alert_failed_total",
+                          "alerts(): failed deliveries of a stream.", nullptr, &alert_failed_total,
+                          1, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomIntVariable("pgbus_stream.alert_overflow_dropped_total",
                           "alerts(): events a stream's connections dropped on overflow.", nullptr,
-                          &alert_overflow_dropped_total, 1, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.alert_total_queued", "alerts(): events queued for a stream's connections.",
-                          nullptr, &alert_total_queued, 10000, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr,
-                          nullptr);
+                          &alert_overflow_dropped_total, 1, 0, INT_MAX, PGC_SIGHUP, 0, nullptr,
+                          nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.alert_total_queued", "alerts(): events queued for a stream's connections.",
+      nullptr, &alert_total_queued, 10000, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomRealVariable("pgbus_stream.alert_queue_pressure_ratio",
                            "alerts(): a connection's queued events over queue_max_events.", nullptr,
-                           &alert_queue_pressure_ratio, 0.8, 0.0, 1.0, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomStringVariable("pgbus_stream.admin_token",
-                             "Bearer token required by /, /metrics, /stats.json and /healthz (empty: none).",
-                             nullptr, &admin_token, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-                             nullptr, nullptr, nullptr);
+                           &alert_queue_pressure_ratio, 0.8, 0.0, 1.0, PGC_SIGHUP, 0, nullptr,
+                           nullptr, nullptr);
+  DefineCustomStringVariable(
+      "pgbus_stream.admin_token",
+      "Bearer token required by /, /metrics, /stats.json and /healthz (empty: none).", nullptr,
+      &admin_token, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr,
+      nullptr);
   DefineCustomBoolVariable("pgbus_stream.admin_loopback_only",
-                           "Answer /, /metrics, /stats.json and /healthz only to loopback clients.", nullptr,
-                           &admin_loopback_only, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomBoolVariable("pgbus_stream.stats_enabled",
-                           "Record one row per broadcast, connect and disconnect in pgbus_stream.stream_stats.",
-                           nullptr, &stats_enabled, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable("pgbus_stream.stats_max_age", "Age after which stream_stats rows are deleted.", nullptr,
-                          &stats_max_age_s, 7 * 86400, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr,
-                          nullptr);
+                           "Answer /, /metrics, /stats.json and /healthz only to loopback clients.",
+                           nullptr, &admin_loopback_only, false, PGC_SIGHUP, 0, nullptr, nullptr,
+                           nullptr);
+  DefineCustomBoolVariable(
+      "pgbus_stream.stats_enabled",
+      "Record one row per broadcast, connect and disconnect in pgbus_stream.stream_stats.", nullptr,
+      &stats_enabled, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.stats_max_age", "Age after which stream_stats rows are deleted.", nullptr,
+      &stats_max_age_s, 7 * 86400, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 
@@ -209,10 +233,11 @@ static void register_workers() {
 
 void _PG_init(void) {
   if (!process_shared_preload_libraries_in_progress)
-    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                    errmsg("pgbus_stream must be loaded via shared_preload_libraries"),
-                    errhint("Add pgbus_stream to shared_preload_libraries in postgresql.conf and restart "
-                            "the server.")));
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("pgbus_stream must be loaded via shared_preload_libraries"),
+             errhint("Add pgbus_stream to shared_preload_libraries in postgresql.conf and restart "
+                     "the server.")));
   define_gucs();
   prev_shmem_request_hook = shmem_request_hook;
   shmem_request_hook = request_shmem;

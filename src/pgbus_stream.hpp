@@ -10,6 +10,7 @@ extern int workers;
 extern int max_connections;
 extern int heartbeat_interval;
 extern int idle_timeout;
+extern int max_lifetime;
 extern int ring_size_kb;
 extern int max_streams;
 extern int inline_payload_max;

@@ -221,8 +221,8 @@ long Server::Impl::timeout_ms() const {
   auto at = [&](int64_t deadline) { best = std::min(best, std::max<int64_t>(deadline - now, 0)); };
   if (open_count > 0 && cfg.heartbeat_interval_s > 0)
     at(next_heartbeat_ms);
-  if (cfg.idle_timeout_s > 0 && next_idle_check_ms != INT64_MAX)
-    at(next_idle_check_ms);
+  if (next_expiry_ms != INT64_MAX)
+    at(next_expiry_ms);
   if (!waiting.empty())
     at(waiting.front()->wait_since_ms + cfg.request_timeout_s * int64_t{1000});
   for (uint64_t id : ending) {
@@ -288,8 +288,8 @@ void Server::Impl::timers(int64_t now) {
   }
   if (cfg.heartbeat_interval_s > 0 && now >= next_heartbeat_ms)
     heartbeats(now);
-  if (cfg.idle_timeout_s > 0 && now >= next_idle_check_ms)
-    idle_check(now);
+  if (now >= next_expiry_ms)
+    expiry_check(now);
 }
 
 // One comment frame, encoded once and shared, to every open stream that has
@@ -311,19 +311,35 @@ void Server::Impl::heartbeats(int64_t now) {
 }
 
 // Ends streams that got nothing but heartbeats for longer than idle_timeout_s
-// (exactly the threshold is not idle), then schedules the next check at the
-// earliest moment another one can become idle.
-void Server::Impl::idle_check(int64_t now) {
+// (exactly the threshold is not idle) and streams past their max_lifetime
+// deadline, then schedules the next check at the earliest moment another one
+// can expire.
+void Server::Impl::expiry_check(int64_t now) {
   const int64_t idle_ms = cfg.idle_timeout_s * int64_t{1000};
-  next_idle_check_ms = INT64_MAX;
+  next_expiry_ms = INT64_MAX;
   for (auto &[id, c] : conns) {
     if ((c->phase != Phase::Open && c->phase != Phase::Opening) || c->ending || c->kill)
       continue;
-    if (now - c->last_activity_ms > idle_ms)
+    if (idle_ms > 0 && now - c->last_activity_ms > idle_ms)
       end_gracefully(c, "idle");
-    else
-      next_idle_check_ms = std::min(next_idle_check_ms, c->last_activity_ms + idle_ms + 1);
+    else if (now >= c->end_of_life_ms)
+      end_gracefully(c, "lifetime");
+    else {
+      const int64_t idle_at = idle_ms > 0 ? c->last_activity_ms + idle_ms + 1 : INT64_MAX;
+      next_expiry_ms = std::min({next_expiry_ms, c->end_of_life_ms, idle_at});
+    }
   }
+}
+
+// A stream's max_lifetime deadline: the lifetime less a jitter of up to 10 %
+// derived from the connection id, so streams opened together do not all
+// reconnect together.
+int64_t Server::Impl::end_of_life(const Conn *c, int64_t opened_ms) const {
+  if (cfg.max_lifetime_s <= 0)
+    return INT64_MAX;
+  const int64_t life_ms = cfg.max_lifetime_s * int64_t{1000};
+  const uint64_t spread = static_cast<uint64_t>(life_ms / 10) + 1;
+  return opened_ms + life_ms - static_cast<int64_t>((c->id * 0x9E3779B97F4A7C15ULL >> 17) % spread);
 }
 
 // ---- per-connection helpers ----------------------------------------------------
@@ -394,7 +410,8 @@ void Server::Impl::queue_control(Conn *c, std::string text) {
 // one written for drop_oldest, the newest still queued for drop_newest.
 void Server::Impl::note_gap(Conn *c, uint64_t dropped) {
   if (!c->gap_resume_set) {
-    c->gap_resume = cfg.overflow_policy == OverflowPolicy::DropNewest ? c->queue.newest_queued_id() : std::string();
+    c->gap_resume = cfg.overflow_policy == OverflowPolicy::DropNewest ? c->queue.newest_queued_id()
+                                                                      : std::string();
     if (c->gap_resume.empty())
       c->gap_resume = c->queue.last_written_id();
     c->gap_resume_set = true;
@@ -404,10 +421,12 @@ void Server::Impl::note_gap(Conn *c, uint64_t dropped) {
     return;
   }
   std::string frame;
-  const std::string resume = c->gap_resume.empty() ? "null" : "\"" + sse::json_escape(c->gap_resume) + "\"";
+  const std::string resume =
+      c->gap_resume.empty() ? "null" : "\"" + sse::json_escape(c->gap_resume) + "\"";
   c->gap_resume_set = false;
   sse::append_event(frame, "", "pgbus:gap-detected",
-                    "{\"reason\":\"overflow\",\"dropped\":" + std::to_string(dropped) + ",\"resume\":" + resume + "}");
+                    "{\"reason\":\"overflow\",\"dropped\":" + std::to_string(dropped) +
+                        ",\"resume\":" + resume + "}");
   queue_control(c, std::move(frame));
   c->gap_queued = true;
 }
@@ -452,7 +471,10 @@ void Server::reconfigure(const Config &c) {
     conn->queue.set_limits(c.queue_max_events, c.queue_max_bytes, c.overflow_policy);
   const int64_t now = mono_ms();
   m.next_heartbeat_ms = now + m.cfg.heartbeat_interval_s * int64_t{1000};
-  m.next_idle_check_ms = m.cfg.idle_timeout_s > 0 ? now : INT64_MAX;
+  for (auto &[id, conn] : m.conns)
+    if (conn->phase == Phase::Open || conn->phase == Phase::Opening)
+      conn->end_of_life_ms = m.end_of_life(conn, conn->opened_ms);
+  m.next_expiry_ms = now; // recomputed for the new idle_timeout / max_lifetime
 }
 
 int Server::poll_fd() const { return impl_->running ? impl_->epfd : -1; }
@@ -505,11 +527,12 @@ void Server::open(uint64_t conn_id, std::string preamble) {
     f.control = true;
     c->queue.push(std::move(f));
   }
-  c->last_activity_ms = mono_ms();
+  c->last_activity_ms = c->opened_ms = mono_ms();
+  c->end_of_life_ms = impl_->end_of_life(c, c->opened_ms);
+  int64_t expiry = c->end_of_life_ms;
   if (impl_->cfg.idle_timeout_s > 0)
-    impl_->next_idle_check_ms =
-        std::min(impl_->next_idle_check_ms,
-                 c->last_activity_ms + impl_->cfg.idle_timeout_s * int64_t{1000} + 1);
+    expiry = std::min(expiry, c->last_activity_ms + impl_->cfg.idle_timeout_s * int64_t{1000} + 1);
+  impl_->next_expiry_ms = std::min(impl_->next_expiry_ms, expiry);
   impl_->wake(c);
 }
 

@@ -18,14 +18,16 @@ namespace pgbs::http {
 struct Config {
   std::string listen_addresses = "127.0.0.1"; // comma-separated; "*" = all IPv4+IPv6
   int port = 8080;
-  bool reuse_port = true;          // SO_REUSEPORT so several workers share the port
-  int max_connections = 10000;     // SSE connections of this worker; beyond: 503 + Retry-After
-  int heartbeat_interval_s = 15;   // ": heartbeat <epoch>" comment to live SSE connections
-  int idle_timeout_s = 0;          // 0 = off; heartbeats do not count as activity
-  int request_timeout_s = 10;      // slowloris: a request must be complete within this
-                                   // (a pending SSE request not decided within 3x this gets 503)
-  int retry_ms = 2000;             // "retry:" sent in the preamble
-  std::string cors_origins;        // comma-separated list, "*" for any; empty = no CORS headers
+  bool reuse_port = true;        // SO_REUSEPORT so several workers share the port
+  int max_connections = 10000;   // SSE connections of this worker; beyond: 503 + Retry-After
+  int heartbeat_interval_s = 15; // ": heartbeat <epoch>" comment to live SSE connections
+  int idle_timeout_s = 0;        // 0 = off; heartbeats do not count as activity
+  int max_lifetime_s = 0;        // 0 = off; a stream older than this (less up to 10 % jitter
+                                 // so reconnects spread out) ends after its queue is flushed
+  int request_timeout_s = 10;    // slowloris: a request must be complete within this
+                                 // (a pending SSE request not decided within 3x this gets 503)
+  int retry_ms = 2000;           // "retry:" sent in the preamble
+  std::string cors_origins;      // comma-separated list, "*" for any; empty = no CORS headers
   size_t queue_max_events = 1000;
   size_t queue_max_bytes = 1 << 20;
   OverflowPolicy overflow_policy = OverflowPolicy::DropOldest;
@@ -36,8 +38,8 @@ struct Config {
   bool admin_loopback_only = false;
   // Request bounds (beyond: 414 / 431); libmicrohttpd refuses anything that
   // does not fit its per-connection memory either.
-  size_t max_url_bytes = 8192;      // request target, query string included
-  size_t max_header_bytes = 16384;  // all request header lines together
+  size_t max_url_bytes = 8192;     // request target, query string included
+  size_t max_header_bytes = 16384; // all request header lines together
   size_t max_streams_per_request = 32;
   // libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT).
   // It bounds one coalesced write to an SSE socket (HTTP/1.1, DESIGN §8) and
@@ -53,14 +55,14 @@ struct Request {
   std::vector<std::string> streams; // from /streams/{name} or ?stream=a&stream=b (URL-decoded)
   bool has_last_event_id = false;   // Last-Event-ID header present and not blank
   std::string last_event_id;
-  bool has_since = false;           // ?since= or ?last_event_id= present and not blank
+  bool has_since = false; // ?since= or ?last_event_id= present and not blank
   std::string since;
-  std::string replay;               // ?replay= ("" if absent)
-  std::string subscriber;           // ?subscriber=
-  std::string token;                // ?token= or Authorization: Bearer
-  std::string signed_name;          // from /pgbus/streams/{signed-name}
-  std::string remote_addr;          // "ip:port"
-  std::string origin;               // Origin header
+  std::string replay;      // ?replay= ("" if absent)
+  std::string subscriber;  // ?subscriber=
+  std::string token;       // ?token= or Authorization: Bearer
+  std::string signed_name; // from /pgbus/streams/{signed-name}
+  std::string remote_addr; // "ip:port"
+  std::string origin;      // Origin header
 };
 
 struct ConnectionInfo {
@@ -80,7 +82,8 @@ public:
 
   // Binds and starts listening. Returns false with *err set on failure.
   bool start(const Config &cfg, std::string *err);
-  // Applies tunables (heartbeat, idle timeout, queue bounds, cors, max_connections) without dropping connections.
+  // Applies tunables (heartbeat, idle timeout, queue bounds, cors, max_connections) without
+  // dropping connections.
   void reconfigure(const Config &cfg);
 
   // The epoll fd to wait on (readable when run() has work), or -1.

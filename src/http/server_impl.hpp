@@ -81,14 +81,16 @@ struct Conn {
 
   OutQueue queue;
   int64_t connected_at_us = 0;
-  int64_t last_activity_ms = 0; // open() or the last push(); heartbeats do not count
-  uint64_t data_queued = 0;     // data frames that entered the queue
-  uint64_t evicted = 0;         // data frames evicted by drop_oldest
-  uint64_t copied = 0;          // data frames fully handed to MHD
-  uint64_t delivered = 0;       // data frames MHD has written to the socket
-  bool gap_queued = false;      // a gap notice is in the queue, not yet written
-  uint64_t gap_unreported = 0;  // drops since that notice was queued
-  std::string gap_resume;       // id before the first drop the next notice reports
+  int64_t last_activity_ms = 0;       // open() or the last push(); heartbeats do not count
+  int64_t opened_ms = 0;              // open(), monotonic
+  int64_t end_of_life_ms = INT64_MAX; // max_lifetime deadline, from open()
+  uint64_t data_queued = 0;           // data frames that entered the queue
+  uint64_t evicted = 0;               // data frames evicted by drop_oldest
+  uint64_t copied = 0;                // data frames fully handed to MHD
+  uint64_t delivered = 0;             // data frames MHD has written to the socket
+  bool gap_queued = false;            // a gap notice is in the queue, not yet written
+  uint64_t gap_unreported = 0;        // drops since that notice was queued
+  std::string gap_resume;             // id before the first drop the next notice reports
   bool gap_resume_set = false;
 
   bool ending = false; // graceful end: END_OF_STREAM once the queue is flushed
@@ -120,7 +122,7 @@ struct Server::Impl {
 
   bool need_run = false; // a resume happened outside MHD_run
   int64_t next_heartbeat_ms = 0;
-  int64_t next_idle_check_ms = INT64_MAX;
+  int64_t next_expiry_ms = INT64_MAX; // next idle_timeout / max_lifetime check
 
   ~Impl();
 
@@ -130,7 +132,6 @@ struct Server::Impl {
   long timeout_ms() const;
   void timers(int64_t now);
   void heartbeats(int64_t now);
-  void idle_check(int64_t now);
   void drain_epoll();
   void mhd_run_all();
   void shutdown(int drain_ms);
@@ -140,6 +141,8 @@ struct Server::Impl {
   void watch(Conn *c);
   void unwatch(Conn *c);
   void end_gracefully(Conn *c, const std::string &reason);
+  void expiry_check(int64_t now);
+  int64_t end_of_life(const Conn *c, int64_t opened_ms) const;
   void abort_conn(Conn *c, const std::string &reason);
   void queue_control(Conn *c, std::string text);
   void note_gap(Conn *c, uint64_t dropped);

@@ -4,18 +4,19 @@
 // death, so every PostgreSQL call happens on this main thread.
 #include "http/server.hpp"
 #include "http/status_page.hpp"
-#include "worker/hub.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
+#include "worker/hub.hpp"
 
 #include <csignal>
 
 extern "C" {
-#include "postgres.h"
+#include "datatype/timestamp.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postgres.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -25,7 +26,6 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "datatype/timestamp.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void pgbus_stream_worker_main(Datum arg);
@@ -62,6 +62,7 @@ http::Config http_config() {
   c.max_connections = (guc::max_connections + guc::workers - 1) / guc::workers;
   c.heartbeat_interval_s = guc::heartbeat_interval;
   c.idle_timeout_s = guc::idle_timeout;
+  c.max_lifetime_s = guc::max_lifetime;
   c.cors_origins = guc::cors_origins ? guc::cors_origins : "";
   c.queue_max_events = (size_t)guc::queue_max_events;
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;
@@ -127,7 +128,8 @@ bool database_ok = true; // the last round's reads worked (for /healthz)
 metrics::Snapshot snapshot(const Hub &hub) {
   metrics::Snapshot s;
   shmem::Shared *sh = shmem::shared();
-  s.now_us = (int64)GetCurrentTimestamp() + (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+  s.now_us = (int64)GetCurrentTimestamp() +
+             (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
   s.worker = worker_index;
   for (int i = 0; i < shmem::kMaxWorkers; i++)
     if (pg_atomic_read_u32(&sh->worker_pid[i]) != 0)
@@ -211,7 +213,8 @@ int run() {
     if (listening)
       AddWaitEventToSet(wes, WL_SOCKET_READABLE, fd, nullptr, nullptr);
   });
-  pg::log("worker " + std::to_string(worker_index) + " listening on port " + std::to_string(guc::port));
+  pg::log("worker " + std::to_string(worker_index) + " listening on port " +
+          std::to_string(guc::port));
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
@@ -269,7 +272,8 @@ int run() {
           std::string streams, cursor, subscriber, state;
           if (hub.describe(cid, &streams, &cursor, &subscriber, &state))
             shmem::record_diagnostic(worker_index, cid, reason == "overflow" ? "evicted" : "closed",
-                                     streams.c_str(), ("reason=" + reason + " cursor=" + cursor).c_str());
+                                     streams.c_str(),
+                                     ("reason=" + reason + " cursor=" + cursor).c_str());
           hub.closed(cid);
         }
         std::vector<http::Request> pending = server.take_pending();
@@ -281,8 +285,8 @@ int run() {
             hub.subscribe(r);
           } catch (const pg::Error &e) {
             server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
-            shmem::record_diagnostic(worker_index, r.conn_id, "failed", r.streams.empty() ? "" : r.streams[0].c_str(),
-                                     e.what());
+            shmem::record_diagnostic(worker_index, r.conn_id, "failed",
+                                     r.streams.empty() ? "" : r.streams[0].c_str(), e.what());
           }
         }
       }
@@ -301,7 +305,8 @@ int run() {
         last_probe_ms = now_flush_ms;
         database_ok = probe_database();
       }
-      if (worker_index == 0 && now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
+      if (worker_index == 0 &&
+          now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
         hub.prune_history();

@@ -11,6 +11,10 @@
 #  - max_connections lowered: open connections stay, new ones get 503;
 #  - idle_timeout switched on: a connection that only gets heartbeats is
 #    closed (heartbeats are not activity), one that gets broadcasts is not;
+#  - max_lifetime switched on: a stream older than the lifetime ends at once,
+#    a new one ends after 1.8-2 s (lifetime less its jitter) with the
+#    reason "lifetime" in diagnostics(); reconnecting with the last id it got
+#    delivers every broadcast made in between exactly once;
 #  - the worker process is the same from start to end.
 use strict;
 use warnings;
@@ -237,9 +241,47 @@ ok((grep { /^heartbeat/ } $q->comments) >= 1, 'Q did get heartbeats before');
 ok(!$b->closed, "B, receiving broadcasts ($b_got), is not closed");
 reload(idle_timeout => undef);
 
+# ---------------------------------------------------------------- max_lifetime
+my $t_life = reload(max_lifetime => 2);
+ok($b->wait_closed(4), 'B, open for longer than the new max_lifetime = 2 s, is ended after the reload');
+my $l = $pg->open_stream('r');
+my $t_open = time;
+is($l->status, 200, 'client L connects');
+my @want;    # broadcasts made after L connected
+my $l_closed;
+$deadline = time + 6;
+while (time < $deadline && !$l_closed)
+{
+	$sent++;
+	session_query("SELECT pgbus_stream.broadcast('r', 'r$sent: life')");
+	push @want, "r$sent: life";
+	$l->poll(0.1);
+	$l_closed = time if $l->closed;
+}
+ok($l_closed, sprintf('L ends by itself %.2f s after it connected', ($l_closed // 0) - $t_open));
+ok(defined $l_closed && $l_closed - $t_open >= 1.7 && $l_closed - $t_open <= 3.0,
+	'after max_lifetime less at most 10 % jitter (plus polling slack)');
+my @got = map { $_->{data} } grep { ($_->{data} // '') =~ /: life$/ } $l->data_events;
+my $last_id = (grep { ($_->{data} // '') =~ /: life$/ } $l->data_events)[-1]{id};
+ok(defined $last_id, 'L got broadcasts before it ended (' . scalar(@got) . ')');
+for (1 .. 3)
+{
+	$sent++;
+	session_query("SELECT pgbus_stream.broadcast('r', 'r$sent: life')");
+	push @want, "r$sent: life";
+}
+my $l2 = $pg->open_stream('r', headers => { 'Last-Event-ID' => $last_id });
+$l2->wait_until(sub { (grep { ($_->{data} // '') eq $want[-1] } $l2->data_events) }, 10);
+push @got, map { $_->{data} } grep { ($_->{data} // '') =~ /: life$/ } $l2->data_events;
+is_deeply(\@got, \@want, 'reconnecting with the last id: every broadcast since L connected, once, in order (' . scalar(@want) . ')');
+like($pg->safe_psql('postgres', q{SELECT string_agg(detail, ' ') FROM pgbus_stream.diagnostics() WHERE event = 'closed'}),
+	qr/lifetime/, 'diagnostics() records the reason "lifetime"');
+reload(max_lifetime => undef);
+$l2->close;
+
 is_deeply([ $pg->worker_pids ], [$pid0], 'the same worker process throughout');
 $psql{in} .= "\\q\n";
 $psql{h}->finish;
-$_->close for $b, $q;
+$_->close for $q;
 $pg->finish;
 done_testing();
