@@ -4,7 +4,7 @@
 # publisher (bench/bin/publisher). See bench/README.md.
 #
 #   bench/run.sh [--quick] [--systems pgbus,nchan,relay]
-#                [--scenarios fanout,saturation,streams,producer,idle] [options]
+#                [--scenarios fanout,saturation,streams,producer,idle,slow] [options]
 #
 # Results: bench/results/<timestamp>/ (*.json per scenario, summary.json,
 # results.md, throughput.png, latency.png). Everything it starts is stopped on
@@ -16,7 +16,7 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 
 # ---------------------------------------------------------------- options ----
 SYSTEMS=pgbus,nchan,relay
-SCENARIOS=fanout,saturation,streams,producer,idle
+SCENARIOS=fanout,saturation,streams,producer,idle,slow
 QUICK=0
 DURATION=""            # publish seconds per fan-out / saturation / streams run
 WARMUP=""
@@ -39,6 +39,11 @@ OUT=""
 KEEP=0
 NO_INSTALL=0
 PAD=0
+SLOW_LIVE=1000          # slow scenario: live subscribers
+SLOW_STALLED=1000       # slow scenario: clients that stop reading, in the last run
+SLOW_RATE=200
+SLOW_PAD=2048
+STALLED=0               # run_load: clients that stop reading, started before the live ones
 PGBUS_READY_EVENT="pgbus:connected"
 PGBUS_BROADCAST_SQL='SELECT pgbus_stream.broadcast($1, $2)'
 PGBUS_CREATE_SQL="SELECT pgbus_stream.create_stream(%s)"     # %s -> quoted stream name
@@ -52,7 +57,7 @@ usage() {
 
 Options (defaults in brackets; --quick shortens durations and sizes):
   --systems LIST         pgbus,nchan,relay [$SYSTEMS]
-  --scenarios LIST       fanout,saturation,streams,producer,idle [$SCENARIOS]
+  --scenarios LIST       fanout,saturation,streams,producer,idle,slow [$SCENARIOS]
   --quick                whole run under ~3 minutes
   --duration S           publish seconds per fan-out run [8; quick 3]
   --warmup S             not-measured seconds at the start of each run [1; quick 0.5]
@@ -72,6 +77,10 @@ Options (defaults in brackets; --quick shortens durations and sizes):
   --src-addrs LIST       client source addresses [127.0.0.1..127.0.0.8]
   --ramp-timeout S       connections not up after S seconds count as failed [30; quick 5]
   --pad N                bytes of padding per message [$PAD]
+  --slow-live N          slow scenario: live subscribers [$SLOW_LIVE]
+  --slow-stalled N       slow scenario: stalled clients in its last run [$SLOW_STALLED]
+  --slow-rate R          slow scenario: msg/s [$SLOW_RATE]
+  --slow-pad N           slow scenario: padding bytes per message [$SLOW_PAD]
   --out DIR              results directory [bench/results/<timestamp>]
   --keep                 keep bench/.tmp (cluster, logs) after the run
   --no-install           never call apt-get / npm
@@ -106,6 +115,10 @@ while [ $# -gt 0 ]; do
         --src-addrs) SRC_ADDRS=$2; shift 2 ;;
         --ramp-timeout) RAMP_TIMEOUT=$2; shift 2 ;;
         --pad) PAD=$2; shift 2 ;;
+        --slow-live) SLOW_LIVE=$2; shift 2 ;;
+        --slow-stalled) SLOW_STALLED=$2; shift 2 ;;
+        --slow-rate) SLOW_RATE=$2; shift 2 ;;
+        --slow-pad) SLOW_PAD=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
         --no-install) NO_INSTALL=1; shift ;;
@@ -137,7 +150,7 @@ for s in ${SYSTEMS//,/ }; do
     case $s in pgbus|nchan|relay) ;; *) die "unknown system '$s' (pgbus, nchan, relay)" ;; esac
 done
 for s in ${SCENARIOS//,/ }; do
-    case $s in fanout|saturation|streams|producer|idle) ;; *) die "unknown scenario '$s'" ;; esac
+    case $s in fanout|saturation|streams|producer|idle|slow) ;; *) die "unknown scenario '$s'" ;; esac
 done
 
 TMP=${BENCH_TMP:-$BENCH/.tmp}   # BENCH_TMP: put the cluster elsewhere
@@ -548,6 +561,28 @@ run_load() {
     fi
     local ev_args=()
     [ "$sys" = pgbus ] && [ -n "$PGBUS_READY_EVENT" ] && ev_args=(--ready-event "$PGBUS_READY_EVENT")
+    local mem_before spid="" stalled_ok=0
+    local od0=0
+    [ "$sys" = pgbus ] && od0=$(psql_q -c "SELECT coalesce(sum(overflow_dropped),0) FROM pgbus_stream.stats()" 2>/dev/null || echo 0)
+    if [ "$STALLED" -gt 0 ]; then
+        # clients that read their first event, then never read again (small
+        # receive buffer, so the server's socket buffer fills soon)
+        log "$name: $STALLED client(s) that stop reading"
+        rm -f "$TMP/$name.stalled.ready"
+        "$SSE_LOAD" --host 127.0.0.1 --port "$port" --path "$path" --streams "$streams" --conns "$STALLED" \
+            --procs "$(client_procs_for "$STALLED")" --src-addrs "$SRC_ADDRS" --warmup 0 --duration $((cdur + 30)) \
+            --ramp-timeout "$RAMP_TIMEOUT" --stall --rcvbuf 4096 --ready-file "$TMP/$name.stalled.ready" \
+            --label "$name-stalled" "${ev_args[@]}" >"$RAW/$name.stalled.json" 2>"$LOGS/$name.stalled.log" 9>&- &
+        spid=$!
+        BG_PIDS+=("$spid")
+        for ((i = 0; i < (RAMP_TIMEOUT + 20) * 10; i++)); do
+            [ -f "$TMP/$name.stalled.ready" ] && break
+            kill -0 "$spid" 2>/dev/null || break
+            sleep 0.1
+        done
+        stalled_ok=$(sed -n 's/^ok=\([0-9]*\).*/\1/p' "$TMP/$name.stalled.ready" 2>/dev/null)
+        stalled_ok=${stalled_ok:-0}
+    fi
     log "$name: $conns subscribers on $streams stream(s), rate ${rate/#0/max} msg/s x ${dur}s"
     "$SSE_LOAD" --host 127.0.0.1 --port "$port" --path "$path" --streams "$streams" --conns "$conns" \
         --procs "$procs" --src-addrs "$SRC_ADDRS" --warmup "$WARMUP" --duration "$cdur" \
@@ -572,6 +607,8 @@ run_load() {
     local mem_pids t0 t_wall0 t1 t_wall1 w0 w1
     mem_pids=$(sys_mem_pids "$sys")
     # shellcheck disable=SC2086
+    mem_before=$(mem $mem_pids)   # every connection up, nothing published yet
+    # shellcheck disable=SC2086
     start_sampler "$TMP/$name.peakmem" $mem_pids
     t0=$(sys_ticks "$sys")
     [ "$sys" = pgbus ] && w0=$(pids_ticks $PGBUS_WORKER_PIDS)
@@ -593,6 +630,28 @@ run_load() {
     [ "$sys" = pgbus ] && w1=$(pids_ticks $PGBUS_WORKER_PIDS)
     t_wall1=$(date +%s.%N)
     stop_sampler
+    local mem_end stalled_extra=()
+    # shellcheck disable=SC2086
+    mem_end=$(mem $(sys_mem_pids "$sys"))
+    if [ -n "$spid" ]; then
+        # still connected at the end = not disconnected by the server
+        local still q=""
+        still=$(ss -Htn state established "dport = :$port" 2>/dev/null | wc -l)
+        if [ "$sys" = pgbus ]; then
+            # the server's own view: what the stalled connections hold queued
+            # (connections() is at most 500 ms old) and what the policy dropped
+            q=$(psql_q -F ' ' -c "SELECT coalesce(sum(queued_events),0), coalesce(sum(queued_bytes),0), coalesce(max(queued_events),0), coalesce(max(queued_bytes),0) FROM pgbus_stream.connections()" \
+                -c "SELECT coalesce(sum(overflow_dropped),0) FROM pgbus_stream.stats()" 2>/dev/null | tr '\n' ' ')
+        fi
+        kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null || true
+        bg_forget "$spid"
+        stalled_extra=(stalled="$STALLED" stalled_up="$stalled_ok" established_at_end="$still")
+        if [ -n "$q" ]; then
+            read -r qe qb qmaxe qmaxb od <<< "$q"
+            stalled_extra+=(queued_events_end="$qe" queued_bytes_end="$qb" queued_events_max_conn="$qmaxe" \
+                queued_bytes_max_conn="$qmaxb" overflow_dropped="$((od - od0))")
+        fi
+    fi
     local peak_rss=0 peak_pss=0
     [ -f "$TMP/$name.peakmem" ] && read -r peak_rss peak_pss < "$TMP/$name.peakmem"
     local wall status=ok
@@ -613,7 +672,8 @@ run_load() {
     write_meta "$name" system="$sys" scenario="$scen" status="$status" conns="$conns" streams="$streams" \
         rate="$rate" publisher_conns="$pconns" duration_s="$dur" wall_s="$wall" \
         server_cpu_s="$(sec $((t1 - t0)))" server_peak_rss_kb="$peak_rss" server_peak_pss_kb="$peak_pss" \
-        client_procs="$procs" "${extra[@]}"
+        client_procs="$procs" rss_before_kb="${mem_before% *}" pss_before_kb="${mem_before#* }" \
+        rss_end_kb="${mem_end% *}" pss_end_kb="${mem_end#* }" pad="$PAD" "${extra[@]}" "${stalled_extra[@]}"
     if [ -s "$RAW/$name.client.json" ] && command -v jq >/dev/null; then
         log "$name: $(jq -r '"\(.deliveries_per_s|floor) deliveries/s, p50 \(.latency_us.p50)us p99 \(.latency_us.p99)us, lost \(.loss.missing_in_gaps) undelivered \(.loss.missing_tail) dups \(.loss.duplicates_total), ok \(.connections_ok)/\(.conns)"' "$RAW/$name.client.json")"
     fi
@@ -732,6 +792,22 @@ if has "$SCENARIOS" streams; then
         run_load "$s" streams "${s}_streams_s${STREAMS}x${SUBS_PER_STREAM}" $((STREAMS * SUBS_PER_STREAM)) \
             "$STREAMS" "$STREAMS_RATE" "$FIXED_PUB_CONNS" "$DURATION"
     done
+fi
+if has "$SCENARIOS" slow; then
+    # 1 000 live subscribers alone, then beside 1 stalled client, then beside
+    # $SLOW_STALLED stalled clients (memory bound); larger payloads fill the
+    # stalled clients' socket buffers and server-side queues within the run
+    SAVED_PAD=$PAD; PAD=$SLOW_PAD
+    for s in "${SYS_LIST[@]}"; do
+        for st in 0 1 "$SLOW_STALLED"; do
+            STALLED=$st
+            # a worker returns freed heap to the kernel ~2 s after its
+            # connections went: every run starts from a settled RSS
+            sleep 2.5
+            run_load "$s" slow "${s}_slow_stalled${st}" "$SLOW_LIVE" 1 "$SLOW_RATE" "$FIXED_PUB_CONNS" "$DURATION"
+        done
+    done
+    STALLED=0; PAD=$SAVED_PAD
 fi
 if has "$SCENARIOS" producer; then
     setup_producer_tables

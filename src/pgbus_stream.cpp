@@ -25,6 +25,7 @@ int max_connections = 10000;
 int heartbeat_interval = 15;
 int idle_timeout = 0;
 int max_lifetime = 0;
+int socket_send_buffer_kb = 128;
 int ring_size_kb = 8192;
 int max_streams = 1024;
 int inline_payload_max = 8192;
@@ -121,6 +122,11 @@ static void define_gucs() {
       "End a stream this long after it opened (less up to 10% jitter); the client "
       "reconnects with its last id (0 = never).",
       nullptr, &max_lifetime, 0, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.socket_send_buffer",
+                          "Kernel send buffer of each SSE socket (0 = kernel autotuning, up to "
+                          "net.ipv4.tcp_wmem's maximum per socket).",
+                          nullptr, &socket_send_buffer_kb, 128, 0, 64 * 1024, PGC_SIGHUP,
+                          GUC_UNIT_KB, nullptr, nullptr, nullptr);
   DefineCustomIntVariable("pgbus_stream.ring_size", "Size of the shared commit-event ring.",
                           nullptr, &ring_size_kb, 8192, 16, 1024 * 1024, PGC_POSTMASTER,
                           GUC_UNIT_KB, nullptr, nullptr, nullptr);

@@ -11,6 +11,7 @@ extern int max_connections;
 extern int heartbeat_interval;
 extern int idle_timeout;
 extern int max_lifetime;
+extern int socket_send_buffer_kb;
 extern int ring_size_kb;
 extern int max_streams;
 extern int inline_payload_max;

@@ -79,6 +79,8 @@ struct Opts {
     std::string per_conn_out;
     std::string label;
     bool quickack = false;                 // TCP_QUICKACK after every read
+    double read_bps = -1;                  // slow reader: bytes/s per connection once up (<0: no limit)
+    int rcvbuf = 0;                        // SO_RCVBUF set before connect (0: kernel default)
 };
 
 void usage() {
@@ -102,6 +104,10 @@ void usage() {
             "  --ready-event NAME    a connection counts as up once this SSE event arrived\n"
             "  --per-conn-out F      write per-connection lines to F.<proc>\n"
             "  --quickack            re-arm TCP_QUICKACK after every read (no delayed ACKs)\n"
+            "  --read-bps B          once up, each connection reads at most B bytes/s (slow client)\n"
+            "  --stall               once up, connections stop reading (= --read-bps 0)\n"
+            "  --rcvbuf B            SO_RCVBUF before connect (small: a stalled reader fills\n"
+            "                        the server's socket buffer sooner)\n"
             "  --label L             copied into the JSON\n");
 }
 
@@ -132,6 +138,9 @@ Opts parse_opts(int argc, char** argv) {
         else if (a == "--per-conn-out") o.per_conn_out = need();
         else if (a == "--label") o.label = need();
         else if (a == "--quickack") o.quickack = true;
+        else if (a == "--read-bps") o.read_bps = parse_double("--read-bps", need());
+        else if (a == "--stall") o.read_bps = 0;
+        else if (a == "--rcvbuf") o.rcvbuf = int(parse_ll("--rcvbuf", need()));
         else if (a == "-h" || a == "--help") { usage(); exit(0); }
         else { usage(); die("unknown option %s", a.c_str()); }
     }
@@ -180,6 +189,8 @@ struct Conn {
     bool ready = false;        // counted as an established subscriber
     bool complete = false;     // saw the expected last seq of every publisher
     bool cr_pending = false;   // last line ended in CR: swallow a following LF
+    bool throttled = false;    // slow reader out of budget: EPOLLIN off until refilled
+    double budget = 0;         // bytes it may read now (--read-bps)
     Chunk ch = CH_SIZE;
     bool ch_any_digit = false;
     uint16_t req_off = 0;
@@ -277,6 +288,7 @@ struct Child {
     bool ramp_done = false, go = false, stopping = false;
     int64_t t_start = 0, t_go = 0, t_measure = 0, t_deadline = 0, t_hard = 0, t_expect_known = 0;
     int64_t last_expect_poll = 0;
+    int64_t last_refill = 0;
     std::string ended_by = "deadline";
     Expect expect;
 
@@ -344,6 +356,7 @@ struct Child {
         c.fd = fd;
         int one = 1;
         setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+        if (o.rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &o.rcvbuf, sizeof o.rcvbuf);
         const sockaddr_in& src = srcs[c.gidx % srcs.size()];
         if (bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src) != 0) { close_conn(c, "bind", errno); return; }
         if (connect(fd, reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0 && errno != EINPROGRESS) {
@@ -584,10 +597,39 @@ struct Child {
         return true;
     }
 
+    // Slow readers: a connection that is up reads only its budget; out of
+    // budget, it leaves EPOLLIN (the server's writes then back up) until
+    // refill() gives it more.
+    bool slow(const Conn& c) const { return o.read_bps >= 0 && c.ready; }
+    void set_reading(size_t li, bool on) {
+        Conn& c = conns[li];
+        if (c.throttled == !on) return;
+        c.throttled = !on;
+        epoll_event ev{};
+        ev.events = (on ? EPOLLIN : 0u) | EPOLLRDHUP;
+        ev.data.u64 = li;
+        epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
+    }
+    void refill(double dt) {
+        double cap = std::max(o.read_bps, 4096.0);
+        for (size_t li = 0; li < conns.size(); ++li) {
+            Conn& c = conns[li];
+            if (c.state == ST_CLOSED || !slow(c)) continue;
+            c.budget = std::min(cap, c.budget + o.read_bps * dt);
+            if (c.throttled && c.budget >= 1) set_reading(li, true);
+        }
+    }
+
     void on_readable(size_t li) {
         Conn& c = conns[li];
         for (int round = 0; round < 4; ++round) {
-            ssize_t r = recv(c.fd, rbuf.data(), rbuf.size(), 0);
+            size_t want = rbuf.size();
+            if (slow(c)) {
+                if (c.budget < 1) { set_reading(li, false); return; }
+                want = std::min(want, size_t(c.budget));
+            }
+            ssize_t r = recv(c.fd, rbuf.data(), want, 0);
+            if (r > 0 && slow(c)) c.budget -= double(r);
             if (r < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK) return;
                 if (errno == EINTR) continue;
@@ -604,7 +646,7 @@ struct Child {
             bool alive = (c.state == ST_HEADERS) ? headers_feed(li, rbuf.data(), size_t(r))
                                                  : body_feed(c, rbuf.data(), size_t(r));
             if (!alive || c.state == ST_CLOSED) return;
-            if (size_t(r) < rbuf.size()) return;
+            if (size_t(r) < want) return;
         }
     }
 
@@ -684,6 +726,10 @@ struct Child {
             }
             if (now >= t_hard) { ended_by = "hard_limit"; break; }
 
+            if (o.read_bps >= 0) {
+                if (last_refill == 0) last_refill = now;
+                if (now - last_refill >= 20000) { refill(double(now - last_refill) / 1e6); last_refill = now; }
+            }
             int nev = epoll_wait(ep, evs.data(), int(evs.size()), 20);
             if (nev < 0) {
                 if (errno == EINTR) continue;
@@ -705,6 +751,10 @@ struct Child {
                 if (c.state == ST_CLOSED) continue;
                 if (c.state == ST_CONNECTING || c.state == ST_SENDING) {
                     if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) on_writable(li);
+                    continue;
+                }
+                if (c.throttled) {   // not reading: only a close by the server gets here
+                    if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) close_conn(c, "closed_by_server_while_not_reading");
                     continue;
                 }
                 if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) on_readable(li);

@@ -84,6 +84,38 @@ loadTable('Fan-out at saturation (publisher as fast as it can)', 'saturation',
   `Publisher: ${rows.find((r) => r.scenario === 'saturation')?.publisher_conns ?? '?'} connections, one message per transaction / request, no pacing.`);
 loadTable('Many streams', 'streams', 'Each subscriber listens to one stream; the publisher round-robins over all streams.');
 
+const slow = rows.filter((r) => r.scenario === 'slow')
+  .sort((a, b) => ((SYS_ORDER[a.system] ?? 9) - (SYS_ORDER[b.system] ?? 9)) || ((a.stalled || 0) - (b.stalled || 0)));
+if (slow.length) {
+  md.push('## Slow clients (live subscribers beside clients that stop reading)');
+  md.push('');
+  md.push('Stalled clients read their first event, then never read again (4 KiB receive buffer). ' +
+    '"p99 vs none" is the live subscribers\' p99 over the same system\'s run without stalled clients; ' +
+    '"server memory" is the RSS of the serving processes with every connection up and nothing published → its peak while publishing and draining; ' +
+    '"growth per stalled client" is that rise less the rise of the run without stalled clients, per stalled client; ' +
+    '"established at end" counts stalled clients still connected when the run ended (not disconnected by the server).');
+  md.push('');
+  md.push('| system | stalled (up) | live subscribers | payload B | published msg/s | live deliveries/s | live p50 ms | live p99 ms | live max ms | live lost | dups | p99 vs none | server memory MB | growth per stalled client kB | stalled connected at end | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  for (const r of slow) {
+    const c = r.client || {};
+    const p = r.publisher || {};
+    const lat = (c.latency_us && c.latency_us.count) ? c.latency_us : {};
+    const loss = c.loss || {};
+    const base = slow.find((b) => b.system === r.system && !b.stalled);
+    const bl = base && base.client && base.client.latency_us;
+    const ratio = r.stalled && bl && bl.p99 && lat.p99 ? fmt(lat.p99 / bl.p99, 2) + '×' : '–';
+    const rise = (x) => (x && x.server_peak_rss_kb && x.rss_before_kb ? x.server_peak_rss_kb - x.rss_before_kb : undefined);
+    const growth = r.stalled && rise(r) !== undefined && rise(base) !== undefined
+      ? fmt((rise(r) - rise(base)) / r.stalled, 1) : '–';
+    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.stalled || 0)}${r.stalled ? ` (${fmt(r.stalled_up)})` : ''} | ${fmt(r.conns)} | ${fmt(r.pad)} | ` +
+      `${fmt(p.rate_achieved)} | ${fmt(c.deliveries_per_s)} | ${ms(lat.p50)} | ${ms(lat.p99)} | ${ms(lat.max)} | ` +
+      `${fmt(loss.missing_in_gaps)} | ${fmt(loss.duplicates_total)} | ${ratio} | ${mb(r.rss_before_kb)} → ${mb(r.server_peak_rss_kb)} | ${growth} | ` +
+      `${r.established_at_end === undefined ? '–' : fmt(r.established_at_end)} | ${r.status || '?'} |`);
+  }
+  md.push('');
+}
+
 const idle = rows.filter((r) => r.scenario === 'idle').sort(bySys);
 if (idle.length) {
   md.push('## Idle connections (memory per connection)');

@@ -253,7 +253,8 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
           if (k == "token" && token.empty())
             token = v;
         if (!constant_time_equal(token, cfg.admin_token))
-          return answer(c, mc, 401, "token required\n", kTextPlain, {{"WWW-Authenticate", "Bearer"}});
+          return answer(c, mc, 401, "token required\n", kTextPlain,
+                        {{"WWW-Authenticate", "Bearer"}});
       }
     }
     c->kind = Kind::Handler;
@@ -263,7 +264,8 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
 
   // A browser page from an origin that is not allowed could not read the
   // stream anyway; refuse it before it holds a connection.
-  if (!cfg.cors_origins.empty() && !c->origin.empty() && !origin_allowed(cfg.cors_origins, c->origin))
+  if (!cfg.cors_origins.empty() && !c->origin.empty() &&
+      !origin_allowed(cfg.cors_origins, c->origin))
     return answer(c, mc, 403, "origin not allowed\n", kTextPlain, {});
 
   Request &r = c->req;
@@ -314,6 +316,10 @@ MHD_Result Server::Impl::final_call(Conn *c, MHD_Connection *mc) {
     c->registered = true;
     c->req.conn_id = c->id;
     c->connected_at_us = wall_us();
+    if (cfg.socket_send_buffer > 0 &&
+        c->fd >= 0) // bounds what the kernel holds for a stalled client
+      (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &cfg.socket_send_buffer,
+                       sizeof cfg.socket_send_buffer);
     conns.emplace(c->id, c);
     pending.push_back(c->id);
     // A request the caller never decides is answered 503 (see Config::request_timeout_s),

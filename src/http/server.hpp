@@ -28,6 +28,10 @@ struct Config {
                                  // (a pending SSE request not decided within 3x this gets 503)
   int retry_ms = 2000;           // "retry:" sent in the preamble
   std::string cors_origins;      // comma-separated list, "*" for any; empty = no CORS headers
+  // SO_SNDBUF of SSE sockets in bytes (0 = the kernel's autotuning, which lets
+  // one socket hold up to net.ipv4.tcp_wmem's maximum, 4 MB by default, for a
+  // client that stops reading). Applies to streams opened after a change.
+  int socket_send_buffer = 128 * 1024;
   size_t queue_max_events = 1000;
   size_t queue_max_bytes = 1 << 20;
   OverflowPolicy overflow_policy = OverflowPolicy::DropOldest;

@@ -11,6 +11,9 @@
 #include "worker/hub.hpp"
 
 #include <csignal>
+#ifdef __GLIBC__
+#include <malloc.h> // malloc_trim
+#endif
 
 extern "C" {
 #include "datatype/timestamp.h"
@@ -63,6 +66,7 @@ http::Config http_config() {
   c.heartbeat_interval_s = guc::heartbeat_interval;
   c.idle_timeout_s = guc::idle_timeout;
   c.max_lifetime_s = guc::max_lifetime;
+  c.socket_send_buffer = guc::socket_send_buffer_kb * 1024;
   c.cors_origins = guc::cors_origins ? guc::cors_origins : "";
   c.queue_max_events = (size_t)guc::queue_max_events;
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;
@@ -224,8 +228,17 @@ int run() {
   int64 last_probe_ms = 0;
   int64 next_run_us = 0; // write pacing (see below)
   long defer_ms = -1;
+  // Memory given back after connections go: once the number of connections
+  // has fallen by a tenth from its peak (or to zero), free heap pages are
+  // returned to the kernel, at most every 2 s. Without it the worker's RSS
+  // stays at its highest point for good after a burst of connections.
+  size_t peak_conns = 0;
+  int64 last_trim_ms = 0;
+  bool trim_pending = false;
   while (!got_sigterm) {
     long timeout = listening ? server.timeout_ms() : -1;
+    if (trim_pending && (timeout < 0 || timeout > 2000))
+      timeout = 2000;
     if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
       timeout = 500; // connections() stays within a second of reality
     if (worker_index == 0 && (timeout < 0 || timeout > 1000L * guc::retention_interval_s))
@@ -318,6 +331,17 @@ int run() {
         publish_connections(hub, server);
         last_snapshot_ms = now_ms;
         last_snapshot_count = server.connection_count();
+      }
+      const size_t nconns = server.connection_count();
+      peak_conns = std::max(peak_conns, nconns);
+      trim_pending = peak_conns > 0 && (nconns == 0 || nconns < peak_conns - peak_conns / 10);
+      if (trim_pending && now_ms - last_trim_ms >= 2000) {
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+        last_trim_ms = now_ms;
+        peak_conns = nconns;
+        trim_pending = false;
       }
     } catch (const pg::Error &e) {
       // A failed read (e.g. a queue table dropped under us) must not kill the worker.

@@ -11,6 +11,9 @@
 #  - connections() shows each stalled connection with queued_bytes <=
 #    queue_max_bytes + one frame and queued_events <= queue_max_events;
 #  - the worker's resident memory stays within baseline + 20 MB (see $RSS_BOUND);
+#  - the kernel holds at most socket_send_buffer (default 128 kB; Linux
+#    doubles it) for each stalled socket (/proc/net/tcp tx_queue), not the
+#    4 MB that autotuning would allow;
 #  - then the first stalled client reads:
 #      drop_oldest / drop_newest: it gets pgbus:gap-detected notices, its
 #        frames are in order without duplicates, what it got plus what the
@@ -58,6 +61,32 @@ my $FRAME = $PAYLOAD + 200;
 # a third of what five unbounded stalled clients would pile up here (12.5 MiB
 # each).
 my $RSS_BOUND = 20 * 1024;    # kB
+
+# send_queues returns { client port => bytes in the kernel's send queue } for
+# the server's sockets on $port (/proc/net/tcp and tcp6: tx_queue).
+sub send_queues
+{
+	my ($port) = @_;
+	my %q;
+	for my $f ('/proc/net/tcp', '/proc/net/tcp6')
+	{
+		open my $fh, '<', $f or next;
+		<$fh>;
+		while (my $l = <$fh>)
+		{
+			my (undef, $local, $remote, $st, $queues) = split ' ', $l;
+			next unless $st eq '01';    # established
+			my ($lp) = $local =~ /:([0-9A-F]+)$/;
+			my ($rp) = $remote =~ /:([0-9A-F]+)$/;
+			next unless hex($lp) == $port;
+			my ($tx) = split /:/, $queues;
+			$q{ hex $rp } = hex $tx;
+		}
+		close $fh;
+	}
+	return \%q;
+}
+my $SNDBUF_BOUND = 2 * 131072 + 65536;    # doubled SO_SNDBUF plus slack
 
 # A psql session fed one statement at a time (quiet: no per-query log lines).
 sub psql_session
@@ -212,6 +241,7 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 	# ---- the broadcasts, one commit each, paced by the normal client ----
 	my $psql = psql_session($pg);
 	my (@lat, @rss, $max_q_bytes, $max_q_events, @over_bound);
+	my $max_sendq = 0;
 	my $worst_state = '';
 	my $normal_ok = 1;
 	my $t_start = time;
@@ -229,6 +259,11 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 		if ($i % 10 == 0)
 		{
 			push @rss, proc_status($pid);
+			my $sq = send_queues($pg->http_port);
+			for my $p (keys %stalled_port)
+			{
+				$max_sendq = $sq->{$p} if defined $sq->{$p} && $sq->{$p} > $max_sendq;
+			}
 			for my $row (split /\n/, $pg->safe_psql('postgres',
 				q{SELECT remote_addr, queued_events, queued_bytes, dropped, state FROM pgbus_stream.connections()}))
 			{
@@ -264,6 +299,9 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 
 	ok(!@over_bound, "$policy: stalled connections stay within queue_max_bytes + one frame and queue_max_events")
 	  or diag(join("\n", @over_bound));
+	# (under disconnect the stalled sockets may be gone before the first look)
+	ok(($max_sendq > 0 || $policy eq 'disconnect') && $max_sendq <= $SNDBUF_BOUND,
+		"$policy: the kernel holds at most $SNDBUF_BOUND bytes per stalled socket (largest send queue seen: $max_sendq)");
 	note("$policy: largest stalled queue seen: " . ($max_q_events // 'n/a') . ' events, ' . ($max_q_bytes // 'n/a') . ' bytes');
 
 	my $peak = 0;
