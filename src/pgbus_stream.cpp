@@ -26,6 +26,7 @@ int heartbeat_interval = 15;
 int idle_timeout = 0;
 int max_lifetime = 0;
 int socket_send_buffer_kb = 128;
+int connection_memory_kb = 16;
 int ring_size_kb = 8192;
 int max_streams = 1024;
 int inline_payload_max = 8192;
@@ -127,6 +128,12 @@ static void define_gucs() {
                           "net.ipv4.tcp_wmem's maximum per socket).",
                           nullptr, &socket_send_buffer_kb, 128, 0, 64 * 1024, PGC_SIGHUP,
                           GUC_UNIT_KB, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.connection_memory",
+      "Per-connection HTTP buffer: a request's head must fit in about 45% of it; "
+      "it is most of an idle connection's memory.",
+      nullptr, &connection_memory_kb, 16, 4, 1024, PGC_POSTMASTER, GUC_UNIT_KB, nullptr, nullptr,
+      nullptr);
   DefineCustomIntVariable("pgbus_stream.ring_size", "Size of the shared commit-event ring.",
                           nullptr, &ring_size_kb, 8192, 16, 1024 * 1024, PGC_POSTMASTER,
                           GUC_UNIT_KB, nullptr, nullptr, nullptr);

@@ -12,6 +12,7 @@ extern int heartbeat_interval;
 extern int idle_timeout;
 extern int max_lifetime;
 extern int socket_send_buffer_kb;
+extern int connection_memory_kb;
 extern int ring_size_kb;
 extern int max_streams;
 extern int inline_payload_max;

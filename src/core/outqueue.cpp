@@ -94,7 +94,7 @@ bool OutQueue::evict_oldest_for(size_t size) {
     events_--;
     bytes_ -= frames_[i].size();
     ++dropped_;
-    frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(i));
+    frames_.erase(i);
   }
   return true;
 }
@@ -137,7 +137,11 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
     if (!f.control) {
       events_--;
       bytes_ -= f.size();
-      last_id_ = frame_id(f.head, f.body.get());
+      // Keep what holds its id: the per-connection head when it has the id
+      // line, else the (shared) body. No copy, no allocation per frame.
+      last_written_ = std::move(frames_.front());
+      if (last_written_.head.compare(0, 4, "id: ") == 0)
+        last_written_.body.reset();
     }
     ++written_;
     head_offset_ = 0;
@@ -149,12 +153,54 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
 } // namespace pgbs
 
 namespace pgbs {
-std::string OutQueue::last_written_id() const { return last_id_; }
+std::string OutQueue::last_written_id() const {
+  return frame_id(last_written_.head, last_written_.body.get());
+}
 
 std::string OutQueue::newest_queued_id() const {
-  for (auto it = frames_.rbegin(); it != frames_.rend(); ++it)
-    if (!it->control)
-      return frame_id(it->head, it->body.get());
+  for (size_t i = frames_.size(); i-- > 0;)
+    if (!frames_[i].control)
+      return frame_id(frames_[i].head, frames_[i].body.get());
   return std::string();
+}
+
+void FrameRing::push_back(OutFrame f) {
+  if (n_ == cap_)
+    grow();
+  buf_[(head_ + n_) & (cap_ - 1)] = std::move(f);
+  ++n_;
+}
+
+void FrameRing::pop_front() {
+  buf_[head_] = OutFrame();
+  head_ = (head_ + 1) & (cap_ - 1);
+  if (--n_ == 0)
+    emptied();
+}
+
+void FrameRing::erase(size_t i) {
+  for (size_t j = i; j + 1 < n_; ++j)
+    (*this)[j] = std::move((*this)[j + 1]);
+  (*this)[n_ - 1] = OutFrame();
+  if (--n_ == 0)
+    emptied();
+}
+
+void FrameRing::grow() {
+  const size_t ncap = cap_ ? cap_ * 2 : 2;
+  std::unique_ptr<OutFrame[]> nbuf(new OutFrame[ncap]);
+  for (size_t i = 0; i < n_; ++i)
+    nbuf[i] = std::move((*this)[i]);
+  buf_ = std::move(nbuf);
+  cap_ = ncap;
+  head_ = 0;
+}
+
+void FrameRing::emptied() {
+  head_ = 0;
+  if (cap_ > 8) { // a burst is over: give its buffer back
+    buf_.reset();
+    cap_ = 0;
+  }
 }
 } // namespace pgbs

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 
@@ -24,6 +23,28 @@ struct OutFrame {
   std::shared_ptr<const std::string> body;
   bool control = false; // connected/gap/shutdown frames: never dropped, not counted
   size_t size() const { return head.size() + (body ? body->size() : 0); }
+};
+
+// A FIFO of frames in one growable circular buffer. Nothing is allocated
+// while it has never held a frame, and a buffer that grew past a few frames is
+// released when it empties, so an idle connection costs almost nothing (a
+// std::deque allocates a 512-byte node even when empty).
+class FrameRing {
+public:
+  bool empty() const { return n_ == 0; }
+  size_t size() const { return n_; }
+  OutFrame &operator[](size_t i) { return buf_[(head_ + i) & (cap_ - 1)]; }
+  const OutFrame &operator[](size_t i) const { return buf_[(head_ + i) & (cap_ - 1)]; }
+  OutFrame &front() { return (*this)[0]; }
+  void push_back(OutFrame f);
+  void pop_front();
+  void erase(size_t i); // shifts the frames after i forward
+
+private:
+  void grow();
+  void emptied();
+  std::unique_ptr<OutFrame[]> buf_;
+  size_t cap_ = 0, head_ = 0, n_ = 0; // cap_ is 0 or a power of two
 };
 
 class OutQueue {
@@ -63,13 +84,13 @@ public:
 private:
   bool evict_oldest_for(size_t size);
 
-  std::deque<OutFrame> frames_;
+  FrameRing frames_;
   size_t head_offset_ = 0; // bytes of frames_.front() already copied
   size_t events_ = 0, bytes_ = 0;
   size_t max_events_, max_bytes_;
   OverflowPolicy policy_;
   uint64_t dropped_ = 0, written_ = 0;
-  std::string last_id_; // of the last data frame copied out
+  OutFrame last_written_; // the last data frame copied out (its id is read on demand)
 };
 
 } // namespace pgbs

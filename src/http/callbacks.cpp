@@ -32,7 +32,7 @@ namespace {
 // HTTP/1.1 streams are chunked and MHD hands the reader its per-connection
 // pool buffer instead, whose size is set by connection_memory_limit.
 constexpr size_t kBlockSizeHttp10 = 16 * 1024;
-constexpr size_t kBlockSizeChunked = 1024;
+constexpr size_t kBlockSizeChunked = 64; // allocated per connection, unused for chunked bodies
 constexpr const char *kTextPlain = "text/plain; charset=utf-8";
 
 std::string format_addr(const sockaddr *sa) {
@@ -268,7 +268,7 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
       !origin_allowed(cfg.cors_origins, c->origin))
     return answer(c, mc, 403, "origin not allowed\n", kTextPlain, {});
 
-  Request &r = c->req;
+  Request &r = *c->req;
   r.origin = c->origin;
   r.remote_addr = c->remote_addr;
   r.last_event_id = header(mc, "Last-Event-ID");
@@ -314,7 +314,7 @@ MHD_Result Server::Impl::final_call(Conn *c, MHD_Connection *mc) {
   case Kind::Sse:
     c->phase = Phase::Pending;
     c->registered = true;
-    c->req.conn_id = c->id;
+    c->req->conn_id = c->id;
     c->connected_at_us = wall_us();
     if (cfg.socket_send_buffer > 0 &&
         c->fd >= 0) // bounds what the kernel holds for a stalled client

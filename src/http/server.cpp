@@ -488,7 +488,8 @@ std::vector<Request> Server::take_pending() {
     if (it == impl_->conns.end() || it->second->phase != Phase::Pending || it->second->kill)
       continue; // gone (or going) before anyone saw it: nothing to report later
     it->second->handed_out = true;
-    out.push_back(std::move(it->second->req));
+    out.push_back(std::move(*it->second->req));
+    it->second->req.reset();
   }
   impl_->pending.clear();
   return out;

@@ -73,7 +73,7 @@ struct Conn {
   bool handed_out = false; // returned by take_pending(): its end is reported
   bool suspended = false;  // as far as we asked MHD (resume clears it at once)
   bool watched = false;    // fd in the outer epoll set (EPOLLRDHUP)
-  Request req;
+  std::unique_ptr<Request> req = std::make_unique<Request>(); // freed once handed out
   std::string origin, remote_addr;
 
   int reject_status = 0;

@@ -46,7 +46,8 @@ Hub::~Hub() {
     closed(id);
 }
 
-bool Hub::load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<int64_t, int64_t>> *maxima) {
+bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
+                            std::vector<std::pair<int64_t, int64_t>> *maxima) {
   pg::SpiTx tx;
   pg::Table ext = tx.query("SELECT 1 FROM pg_extension WHERE extname = 'pgbus_stream'");
   if (ext.rows() == 0) {
@@ -57,13 +58,17 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<
   pg::Table t = tx.query(
       "SELECT s.id, s.name, s.public, pgbus_stream._rows_sql(s), "
       "       s.retention_floor, (s.retention IS NOT NULL OR s.retention_max IS NOT NULL), "
-      "       format('SELECT greatest((SELECT max(msg_id) FROM %I.%I), %s)', s.queue_schema, s.queue_table, "
+      "       format('SELECT greatest((SELECT max(msg_id) FROM %I.%I), %s)', s.queue_schema, "
+      "s.queue_table, "
       "              CASE WHEN s.archive_table IS NOT NULL AND "
-      "                        to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL "
-      "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, s.archive_table) "
+      "                        to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS "
+      "NOT NULL "
+      "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
+      "s.archive_table) "
       "                   ELSE '0' END) "
       "FROM pgbus_stream.streams s "
-      "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL ORDER BY s.id");
+      "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL ORDER BY "
+      "s.id");
   for (size_t r = 0; r < t.rows(); r++) {
     StreamInfo si;
     si.id = to_i64(t.at(r, 0));
@@ -136,8 +141,8 @@ Hub::StreamState *Hub::find_by_name(const std::string &name) {
   return st == streams_.end() ? nullptr : st->second.get();
 }
 
-std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where, const std::vector<int64_t> *ids,
-                                int64_t after, int64_t limit) {
+std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where,
+                                const std::vector<int64_t> *ids, int64_t after, int64_t limit) {
   std::vector<Row> rows;
   pg::SpiTx tx;
   std::vector<pg::Arg> args;
@@ -202,7 +207,8 @@ std::string Hub::conn_token(const Conn &c) const {
   return out;
 }
 
-bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
+bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
+                     const std::shared_ptr<const std::string> &body,
                      const cursor::StreamPosition *stream_before,
                      const std::shared_ptr<const std::string> *shared_frame) {
   cursor::StreamPosition before;
@@ -259,11 +265,13 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<co
   if (push(c, std::move(f)) && !c.subscriber.empty() && !c.cursor_frozen) {
     // Bounded like the queue: more ids than it can hold means frames were
     // dropped, and a frozen cursor needs no more of them.
-    if (c.pushed_tokens.size() > 2 * (size_t)guc::queue_max_events + 16) {
+    if (!c.pushed_tokens)
+      c.pushed_tokens = std::make_unique<std::deque<std::string>>();
+    if (c.pushed_tokens->size() > 2 * (size_t)guc::queue_max_events + 16) {
       c.cursor_frozen = true;
-      c.pushed_tokens.clear();
+      c.pushed_tokens.reset();
     } else {
-      c.pushed_tokens.push_back(std::move(token));
+      c.pushed_tokens->push_back(std::move(token));
     }
   }
   return true;
@@ -322,7 +330,8 @@ void Hub::hold(Conn &c, Sub &sub, int64_t from_id) {
   sub.held_at_horizon = sub.st->pos.horizon; // paging resumes when the horizon moves
 }
 
-void Hub::record_history(const std::string &stream, const char *event, double duration_ms, int64_t fanout) {
+void Hub::record_history(const std::string &stream, const char *event, double duration_ms,
+                         int64_t fanout) {
   if (!guc::stats_enabled)
     return;
   if (history_.size() >= 100000) { // bounded between two flushes
@@ -346,18 +355,20 @@ void Hub::flush_history() {
   }
   json += "]";
   pg::SpiTx tx;
-  tx.query("INSERT INTO pgbus_stream.stream_stats (stream_name, event_type, duration_ms, fanout) "
-           "SELECT s, e, d, f FROM jsonb_to_recordset($1::jsonb) AS r(s text, e text, d float8, f int)",
-           {pg::Arg::txt(json)}, false);
+  tx.query(
+      "INSERT INTO pgbus_stream.stream_stats (stream_name, event_type, duration_ms, fanout) "
+      "SELECT s, e, d, f FROM jsonb_to_recordset($1::jsonb) AS r(s text, e text, d float8, f int)",
+      {pg::Arg::txt(json)}, false);
   tx.commit();
   history_.clear();
 }
 
 void Hub::prune_history() {
   pg::SpiTx tx;
-  tx.query("DELETE FROM pgbus_stream.stream_stats WHERE id IN (SELECT id FROM pgbus_stream.stream_stats "
-           "WHERE created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT 10000)",
-           {pg::Arg::int8(guc::stats_max_age_s)}, false);
+  tx.query(
+      "DELETE FROM pgbus_stream.stream_stats WHERE id IN (SELECT id FROM pgbus_stream.stream_stats "
+      "WHERE created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT 10000)",
+      {pg::Arg::int8(guc::stats_max_age_s)}, false);
   tx.commit();
 }
 
@@ -414,7 +425,8 @@ void Hub::dispatch(StreamState &st, const Row &row) {
       continue;
     for (Sub &sub : it->second.subs)
       if (sub.st == &st)
-        deliver_to(it->second, sub, row, body, near_bound ? &before : nullptr, frame ? &frame : nullptr);
+        deliver_to(it->second, sub, row, body, near_bound ? &before : nullptr,
+                   frame ? &frame : nullptr);
   }
   flush_stats(st, row.commit_us);
 }
@@ -435,7 +447,8 @@ void Hub::advance_horizons(const HorizonBounds &b) {
       st->published_horizon = st->pos.horizon;
       uint64 cur = pg_atomic_read_u64(&st->entry->stats.horizon);
       while ((int64_t)cur < st->pos.horizon &&
-             !pg_atomic_compare_exchange_u64(&st->entry->stats.horizon, &cur, (uint64)st->pos.horizon)) {
+             !pg_atomic_compare_exchange_u64(&st->entry->stats.horizon, &cur,
+                                             (uint64)st->pos.horizon)) {
       }
     }
     if (h <= st->pos.horizon)
@@ -492,7 +505,8 @@ void Hub::catch_up_all() {
     }
     int64_t after = st->pos.horizon;
     for (;;) {
-      std::vector<Row> rows = read_rows(st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, after, page);
+      std::vector<Row> rows =
+          read_rows(st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, after, page);
       for (const Row &r : rows)
         st->pos.add(r.msg_id);
       if ((int64_t)rows.size() < page)
@@ -581,8 +595,8 @@ void Hub::reject(const http::Request &req, int status, const std::string &reason
   std::string detail = std::to_string(status) + " " + reason;
   if (!detail.empty() && detail.back() == '\n')
     detail.pop_back();
-  shmem::record_diagnostic(worker_index_, req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0].c_str(),
-                           detail.c_str());
+  shmem::record_diagnostic(worker_index_, req.conn_id, "rejected",
+                           req.streams.empty() ? "" : req.streams[0].c_str(), detail.c_str());
 }
 
 void Hub::subscribe(const http::Request &req) {
@@ -618,7 +632,9 @@ void Hub::subscribe(const http::Request &req) {
     c.subs.push_back(sub);
   }
   // The cursor: Last-Event-ID wins over ?since / ?last_event_id.
-  const std::string *text = req.has_last_event_id ? &req.last_event_id : req.has_since ? &req.since : nullptr;
+  const std::string *text = req.has_last_event_id ? &req.last_event_id
+                            : req.has_since       ? &req.since
+                                                  : nullptr;
   cursor::Cursor cur;
   if (text) {
     std::string err;
@@ -641,7 +657,8 @@ void Hub::subscribe(const http::Request &req) {
       list += (i ? "," : "") + std::string("\"") + sse::json_escape(names[i]) + "\"";
     list += "}";
     pg::SpiTx tx;
-    pg::Table t = tx.query("SELECT stream, cursor FROM pgbus_stream.subscribers WHERE id = $1 AND stream = ANY($2::text[])",
+    pg::Table t = tx.query("SELECT stream, cursor FROM pgbus_stream.subscribers WHERE id = $1 AND "
+                           "stream = ANY($2::text[])",
                            {pg::Arg::txt(req.subscriber), pg::Arg::txt(list)});
     tx.commit();
     for (size_t r = 0; r < t.rows(); r++) {
@@ -669,32 +686,32 @@ void Hub::subscribe(const http::Request &req) {
       sub.pos = *p;
       if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
         // The stream was dropped and re-created: its ids restarted.
-        gaps += control_event("pgbus:gap-detected",
-                              "{\"stream\":\"" + sse::json_escape(st.info.name) +
-                                  "\",\"reason\":\"stream-recreated\"}");
+        gaps +=
+            control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                                    "\",\"reason\":\"stream-recreated\"}");
         sub.pos = cursor::StreamPosition();
       } else if (sub.pos.horizon < st.info.retention_floor) {
         // Retention removed messages this client has not seen: say so, then
         // send what is still there.
-        std::vector<Row> first = read_rows(st.info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr,
-                                           st.info.retention_floor, 1);
+        std::vector<Row> first = read_rows(st.info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2",
+                                           nullptr, st.info.retention_floor, 1);
         std::string oldest = first.empty() ? "null" : std::to_string(first[0].msg_id);
         gaps += control_event("pgbus:gap-detected",
                               "{\"stream\":\"" + sse::json_escape(st.info.name) +
                                   "\",\"reason\":\"retention\",\"oldest\":" + oldest + "}");
         sub.pos.advance(st.info.retention_floor);
       } else if (missed_ephemeral(st, sub.pos)) {
-        gaps += control_event("pgbus:gap-detected",
-                              "{\"stream\":\"" + sse::json_escape(st.info.name) +
-                                  "\",\"reason\":\"ephemeral-expired\"}");
+        gaps +=
+            control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                                    "\",\"reason\":\"ephemeral-expired\"}");
       }
       sub.pos.epoch = st.info.id;
     } else if (replay_n > 0) {
       sub.pos = cursor::StreamPosition();
       sub.pos.epoch = st.info.id;
       if (replay_n != INT64_MAX) {
-        std::vector<Row> last = read_rows(st.info, "WHERE msg_id > $1 ORDER BY msg_id DESC LIMIT $2", nullptr, 0,
-                                          replay_n);
+        std::vector<Row> last = read_rows(
+            st.info, "WHERE msg_id > $1 ORDER BY msg_id DESC LIMIT $2", nullptr, 0, replay_n);
         if (!last.empty())
           sub.pos.advance(last.back().msg_id - 1);
         else
@@ -718,7 +735,8 @@ void Hub::subscribe(const http::Request &req) {
   preamble += gaps;
   server_.open(c.id, std::move(preamble));
   shmem::record_diagnostic(worker_index_, c.id, "subscribed", names.c_str(),
-                           ("since=" + conn_token(c) + (c.subscriber.empty() ? "" : " subscriber=" + c.subscriber) +
+                           ("since=" + conn_token(c) +
+                            (c.subscriber.empty() ? "" : " subscriber=" + c.subscriber) +
                             " remote=" + req.remote_addr)
                                .c_str());
   bool needs_replay = false;
@@ -742,8 +760,8 @@ void Hub::subscribe(const http::Request &req) {
 }
 
 bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
-  std::vector<Row> rows =
-      read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, sub.page_after, page);
+  std::vector<Row> rows = read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2",
+                                    nullptr, sub.page_after, page);
   const bool last_page = (int64_t)rows.size() < page;
   // Merge the ephemeral broadcasts this worker still holds into the page.
   const int64_t upto = last_page ? INT64_MAX : rows.back().msg_id;
@@ -752,7 +770,8 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
     if (e.msg_id > sub.page_after && e.msg_id <= upto)
       rows.push_back(e);
   if (rows.size() != table_rows)
-    std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
+    std::sort(rows.begin(), rows.end(),
+              [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
   for (const Row &r : rows) {
     if (!has_room(c.id)) {
       flush_stats(*sub.st, 0);
@@ -788,7 +807,8 @@ bool Hub::has_room(uint64_t cid) const {
 
 bool Hub::continue_replays() {
   // Pages never larger than half a connection's queue, so a page always fits.
-  const size_t page = std::max<size_t>(1, std::min<size_t>(guc::replay_page_size, guc::queue_max_events / 2));
+  const size_t page =
+      std::max<size_t>(1, std::min<size_t>(guc::replay_page_size, guc::queue_max_events / 2));
   std::vector<uint64_t> still;
   for (uint64_t cid : replaying_) {
     auto it = conns_.find(cid);
@@ -852,8 +872,9 @@ void Hub::apply_retention() {
       continue;
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       pg::SpiTx tx;
-      pg::Table t = tx.query("SELECT removed, floor FROM pgbus_stream._apply_retention($1, $2::int)",
-                             {pg::Arg::int8(id), pg::Arg::int8(batch)}, false);
+      pg::Table t =
+          tx.query("SELECT removed, floor FROM pgbus_stream._apply_retention($1, $2::int)",
+                   {pg::Arg::int8(id), pg::Arg::int8(batch)}, false);
       tx.commit();
       int64_t removed = t.rows() ? to_i64(t.at(0, 0)) : 0;
       if (t.rows())
@@ -883,7 +904,8 @@ void Hub::fill_snapshot(metrics::Snapshot *out) const {
       f.failed = (int64_t)pg_atomic_read_u64(&ss->failed);
       f.bytes_sent = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
       f.newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
-      f.has_latency = shmem::latency_percentiles(&ss->latency, now_pg, &f.latency_p50_ms, &f.latency_p99_ms);
+      f.has_latency =
+          shmem::latency_percentiles(&ss->latency, now_pg, &f.latency_p50_ms, &f.latency_p99_ms);
       uint64 buckets[shmem::kLatencyBuckets];
       shmem::latency_totals(&ss->latency, buckets);
       for (int b = 0; b < metrics::kLatencyBuckets; b++)
@@ -892,7 +914,9 @@ void Hub::fill_snapshot(metrics::Snapshot *out) const {
     out->streams.push_back(std::move(f));
   }
   std::sort(out->streams.begin(), out->streams.end(),
-            [](const metrics::StreamFigures &a, const metrics::StreamFigures &b) { return a.name < b.name; });
+            [](const metrics::StreamFigures &a, const metrics::StreamFigures &b) {
+              return a.name < b.name;
+            });
 }
 
 void Hub::track_written() {
@@ -908,19 +932,21 @@ void Hub::track_written() {
       // A dropped frame sits before later written ones: the stored cursor
       // stays at the last id before it; the client was told (gap-detected).
       c.cursor_frozen = true;
-      c.pushed_tokens.clear();
+      c.pushed_tokens.reset();
       continue;
     }
     if (written <= c.tokens_base)
       continue;
-    while (c.tokens_base + 1 < written && !c.pushed_tokens.empty()) {
-      c.pushed_tokens.pop_front();
+    if (!c.pushed_tokens)
+      continue;
+    while (c.tokens_base + 1 < written && !c.pushed_tokens->empty()) {
+      c.pushed_tokens->pop_front();
       c.tokens_base++;
     }
-    if (c.pushed_tokens.empty())
+    if (c.pushed_tokens->empty())
       continue;
-    if (c.written_token != c.pushed_tokens.front()) {
-      c.written_token = c.pushed_tokens.front();
+    if (c.written_token != c.pushed_tokens->front()) {
+      c.written_token = c.pushed_tokens->front();
       note_written_token(c);
     }
   }
@@ -951,22 +977,23 @@ void Hub::flush_cursors() {
   for (auto &[key, token] : dirty_cursors_) {
     if (json.size() > 1)
       json += ',';
-    json += "{\"id\":\"" + sse::json_escape(key.first) + "\",\"stream\":\"" + sse::json_escape(key.second) +
-            "\",\"cursor\":\"" + sse::json_escape(token) + "\"}";
+    json += "{\"id\":\"" + sse::json_escape(key.first) + "\",\"stream\":\"" +
+            sse::json_escape(key.second) + "\",\"cursor\":\"" + sse::json_escape(token) + "\"}";
   }
   json += "]";
   pg::SpiTx tx;
   tx.query("INSERT INTO pgbus_stream.subscribers AS s (id, stream, cursor, updated_at) "
            "SELECT id, stream, cursor, now() FROM jsonb_to_recordset($1::jsonb) "
            "AS r(id text, stream text, cursor text) "
-           "ON CONFLICT (id, stream) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at",
+           "ON CONFLICT (id, stream) DO UPDATE SET cursor = excluded.cursor, updated_at = "
+           "excluded.updated_at",
            {pg::Arg::txt(json)}, false);
   tx.commit();
   dirty_cursors_.clear();
 }
 
-bool Hub::describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,
-                   std::string *state) const {
+bool Hub::describe(uint64_t conn_id, std::string *streams, std::string *cursor,
+                   std::string *subscriber, std::string *state) const {
   auto it = conns_.find(conn_id);
   if (it == conns_.end())
     return false;
@@ -989,8 +1016,9 @@ void Hub::closed(uint64_t conn_id) {
     return;
   if (!it->second.subscriber.empty()) {
     note_written_token(it->second);
-    subscriber_conns_.erase(std::remove(subscriber_conns_.begin(), subscriber_conns_.end(), conn_id),
-                            subscriber_conns_.end());
+    subscriber_conns_.erase(
+        std::remove(subscriber_conns_.begin(), subscriber_conns_.end(), conn_id),
+        subscriber_conns_.end());
   }
   const double lived_ms = (double)((int64_t)GetCurrentTimestamp() - it->second.opened_us) / 1000.0;
   for (Sub &s : it->second.subs) {

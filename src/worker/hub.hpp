@@ -6,8 +6,8 @@
 #include "core/metrics.hpp"
 #include "core/outqueue.hpp"
 #include "http/server.hpp"
-#include "worker/ring_reader.hpp"
 #include "shmem/shared.hpp" // after the PostgreSQL-free headers
+#include "worker/ring_reader.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -23,7 +23,8 @@ namespace pgbs::worker {
 struct StreamInfo {
   int64_t id = 0; // catalog id, also the stream's epoch
   std::string name;
-  std::string rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
+  std::string
+      rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
   bool is_public = true;
   bool has_retention = false;
   int64_t retention_floor = 0; // highest msg_id removed by retention
@@ -34,7 +35,7 @@ struct Row {
   std::string data;
   std::optional<std::string> event, visible_to;
   int64_t enqueued_us = 0;
-  int64_t commit_us = 0; // from the ring; 0 for rows read by replay/catch-up
+  int64_t commit_us = 0;  // from the ring; 0 for rows read by replay/catch-up
   bool ephemeral = false; // no table row: cannot be paged from the table
 };
 
@@ -72,28 +73,28 @@ public:
   void fill_snapshot(metrics::Snapshot *out) const;
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
-  bool describe(uint64_t conn_id, std::string *streams, std::string *cursor, std::string *subscriber,
-                std::string *state) const;
+  bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
+                std::string *subscriber, std::string *state) const;
 
 private:
   struct StreamState {
     StreamInfo info;
-    cursor::StreamPosition pos; // horizon + ids delivered above it
-    mutable std::string token;      // pos encoded (see token_of)
+    cursor::StreamPosition pos;      // horizon + ids delivered above it
+    mutable std::string token;       // pos encoded (see token_of)
     mutable bool token_stale = true; // pos changed since token was encoded
     std::vector<uint64_t> conns;
     shmem::StreamEntry *entry = nullptr; // shared figures of this stream
     int64_t published_horizon = 0;       // last horizon written to entry
-    std::deque<Row> ephemeral;        // recent ephemeral broadcasts (memory_retention)
-    std::deque<int64_t> evicted;      // ids of ephemeral broadcasts no longer held
-    int64_t evicted_floor = 0;        // every evicted id not in `evicted` is <= this
+    std::deque<Row> ephemeral;           // recent ephemeral broadcasts (memory_retention)
+    std::deque<int64_t> evicted;         // ids of ephemeral broadcasts no longer held
+    int64_t evicted_floor = 0;           // every evicted id not in `evicted` is <= this
   };
   struct Sub {
     StreamState *st;
-    cursor::StreamPosition pos; // own position while not synced with the stream
-    bool synced = false;        // pos == st->pos: use the stream's token
-    bool replaying = false;     // paged backlog in progress (or held back)
-    int64_t page_after = 0;     // replay reads ids above this
+    cursor::StreamPosition pos;   // own position while not synced with the stream
+    bool synced = false;          // pos == st->pos: use the stream's token
+    bool replaying = false;       // paged backlog in progress (or held back)
+    int64_t page_after = 0;       // replay reads ids above this
     int64_t held_at_horizon = -1; // held back at this stream horizon (-1: not held)
   };
   struct Conn {
@@ -101,17 +102,20 @@ private:
     bool multi = false;
     std::string subscriber;
     int64_t opened_us = 0; // for stream_stats durations
-    std::deque<std::string> pushed_tokens; // subscriber connections: ids queued, oldest first
-    uint64_t tokens_base = 0;             // push index of pushed_tokens.front()
-    std::string written_token;            // last id known written to the socket
-    bool cursor_frozen = false;           // a frame was dropped: stop advancing the stored cursor
-    bool overflow_noted = false;          // diagnostics() has its overflow entry
-    uint64_t burst_seen = 0;              // burst number drained_at_burst refers to
+    // subscriber connections: ids queued, oldest first (allocated on first use:
+    // an empty std::deque costs over 500 bytes)
+    std::unique_ptr<std::deque<std::string>> pushed_tokens;
+    uint64_t tokens_base = 0;    // push index of pushed_tokens.front()
+    std::string written_token;   // last id known written to the socket
+    bool cursor_frozen = false;  // a frame was dropped: stop advancing the stored cursor
+    bool overflow_noted = false; // diagnostics() has its overflow entry
+    uint64_t burst_seen = 0;     // burst number drained_at_burst refers to
     bool drained_at_burst = false;
     std::vector<Sub> subs;
   };
 
-  bool load_catalog_rows(std::vector<StreamInfo> *out, std::vector<std::pair<int64_t, int64_t>> *maxima);
+  bool load_catalog_rows(std::vector<StreamInfo> *out,
+                         std::vector<std::pair<int64_t, int64_t>> *maxima);
   StreamState *find_by_name(const std::string &name);
   void dispatch(StreamState &st, const Row &row);
   // Queues one row on one subscription; false when it was held back.
@@ -130,7 +134,8 @@ private:
   };
   std::vector<HistoryRow> history_; // bounded; beyond the bound counted in history_lost_
   uint64_t history_lost_ = 0;
-  void record_history(const std::string &stream, const char *event, double duration_ms, int64_t fanout);
+  void record_history(const std::string &stream, const char *event, double duration_ms,
+                      int64_t fanout);
   std::vector<int64_t> cycle_ids_;
   HorizonBounds cycle_bounds_;
   bool burst_ = false;

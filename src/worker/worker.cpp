@@ -67,6 +67,7 @@ http::Config http_config() {
   c.idle_timeout_s = guc::idle_timeout;
   c.max_lifetime_s = guc::max_lifetime;
   c.socket_send_buffer = guc::socket_send_buffer_kb * 1024;
+  c.connection_memory_limit = (size_t)guc::connection_memory_kb * 1024;
   c.cors_origins = guc::cors_origins ? guc::cors_origins : "";
   c.queue_max_events = (size_t)guc::queue_max_events;
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;

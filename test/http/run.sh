@@ -309,6 +309,20 @@ same_text "  every event intact, ids ascending (SSE framing never broken)" ok "$
 stop_driver
 
 # ---------------------------------------------------------------------------
+echo "# connection_memory bounds a request's head"
+cookie() { head -c "$1" /dev/zero | tr '\0' c; }
+start_driver --memory-limit 4096 --frames 1 --interval-ms 100
+sse 2 -H "Cookie: s=$(cookie 1000)" "$URL/streams/chat"
+check "4 kB per connection: a stream request with a 1 kB cookie is served" grep -q '^data: frame 1$' "$T/b"
+same_text "4 kB per connection: a 6 kB cookie gets 431" 431 "$(code -H "Cookie: s=$(cookie 6000)" "$URL/streams/chat")"
+same_text "  and the server still serves" 200 "$(code "$URL/healthz")"
+stop_driver
+start_driver --memory-limit 16384 --frames 1 --interval-ms 100
+sse 2 -H "Cookie: s=$(cookie 6000)" "$URL/streams/chat"
+check "16 kB per connection (the default): a 6 kB cookie is served" grep -q '^data: frame 1$' "$T/b"
+stop_driver
+
+# ---------------------------------------------------------------------------
 echo "# shutdown"
 start_driver --drain-ms 2000 --flood-per-tick 100 --flood-size 4000
 mark_pending

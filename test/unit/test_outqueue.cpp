@@ -353,3 +353,47 @@ TEST(OutQueue, ResumeIdsComeFromFrames) {
   EXPECT_EQ(q.last_written_id(), "7~2");
   EXPECT_EQ(q.newest_queued_id(), "");
 }
+
+// The queue's circular buffer wraps, grows while wrapped, evicts from the
+// middle and gives its storage back when a burst is over, without losing or
+// reordering a frame; the last written id survives each of these.
+TEST(OutQueue, FramesSurviveWrapGrowthAndEviction) {
+  OutQueue q(1000, 1 << 20, OverflowPolicy::DropOldest);
+  Names want, got;
+  int next = 1;
+  for (int round = 0; round < 50; ++round) {
+    const int pushes = 1 + (round * 7) % 23; // 1..23 frames: crosses 2, 4, 8, 16, 32
+    for (int i = 0; i < pushes; ++i) {
+      want.push_back(std::to_string(next));
+      q.push(data_frame(next++));
+    }
+    // read about half of what is queued, one frame at a time
+    const size_t keep = q.events() / 2;
+    while (q.events() > keep) {
+      char buf[20];
+      ASSERT_EQ(q.read_into(buf, sizeof buf), 20u);
+      Names one = frames_of(std::string(buf, 20));
+      ASSERT_EQ(one.size(), 1u);
+      got.push_back(one[0]);
+      EXPECT_EQ(q.last_written_id(), one[0]);
+    }
+  }
+  for (const std::string &n : frames_of(drain(q)))
+    got.push_back(n);
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.last_written_id(), want.back());
+
+  // eviction from the middle (a control frame stays) after a wrap
+  OutQueue e(3, 1 << 20, OverflowPolicy::DropOldest);
+  e.push(data_frame(1));
+  e.push(data_frame(2));
+  char buf[20];
+  ASSERT_EQ(e.read_into(buf, sizeof buf), 20u); // 1 written, head moves
+  e.push(control_frame("c"));
+  e.push(data_frame(3));
+  e.push(data_frame(4));
+  EXPECT_EQ(e.push(data_frame(5)), Result::DroppedOldest); // drops 2, keeps "c"
+  EXPECT_EQ(frames_of(drain(e)), (Names{"c", "3", "4", "5"}));
+  EXPECT_EQ(e.last_written_id(), "5");
+}
