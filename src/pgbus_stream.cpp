@@ -5,9 +5,9 @@
 #include "shmem/shared.hpp"
 
 extern "C" {
+#include "postgres.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "postgres.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"

@@ -54,7 +54,7 @@ struct PendingRow {
   int64 stream_id;
   int64 msg_id;
   int nest_level;
-  char *payload; // data, event, visible_to back to back (TopTransactionContext), or NULL
+  char *payload;  // data, event, visible_to back to back (TopTransactionContext), or NULL
   bool ephemeral; // no table row: never dropped from local memory
   uint32 data_len, event_len, visible_len;
 };
@@ -68,8 +68,8 @@ constexpr int kMaxTxStreams = 256;
 struct TxState {
   TxStream streams[kMaxTxStreams];
   int nstreams;
-  bool registered;   // this backend's slot holds entries
-  bool overflowed;   // more than max_pending_events: workers catch up from the tables
+  bool registered; // this backend's slot holds entries
+  bool overflowed; // more than max_pending_events: workers catch up from the tables
   bool catalog_changed;
   Size inline_bytes; // ephemeral payload bytes collected
   PendingRow *rows;  // in TopMemoryContext
@@ -116,10 +116,14 @@ TxStream *register_stream(int64 stream_id) {
                     errmsg("pgbus_stream: too many streams in shared memory"),
                     errhint("Raise pgbus_stream.max_streams and restart the server.")));
   if (tx.nstreams >= kMaxTxStreams)
-    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                    errmsg("pgbus_stream: a transaction can write to at most %d streams", kMaxTxStreams)));
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("pgbus_stream: a transaction can write to at most %d streams", kMaxTxStreams)));
   shmem::BackendSlot *slot = my_slot();
   slot->dboid = MyDatabaseId;
+  if (!tx.registered) // full barrier: the bit is visible before any entry
+    pg_atomic_fetch_or_u64(&shmem::shared()->active_slots[MyProc->pgprocno / 64],
+                           UINT64CONST(1) << (MyProc->pgprocno % 64));
   if (tx.nstreams < shmem::kSlotStreams) {
     int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
     int n = tx.nstreams;
@@ -146,8 +150,8 @@ TxStream *register_stream(int64 stream_id) {
 // memory past max_pending_events (the workers then read the table); ephemeral
 // ones (payload != NULL) have no row, so they are always kept and bounded by
 // bytes in publish_ephemeral().
-void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0, uint32 event_len = 0,
-             uint32 visible_len = 0, bool ephemeral = false) {
+void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0,
+             uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false) {
   if (msg_id > ts->max_id)
     ts->max_id = msg_id;
   ts->count++;
@@ -168,8 +172,9 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
     int64 ncap = tx.cap ? tx.cap * 2 : 64;
     if (ncap > guc::max_pending_events && !ephemeral)
       ncap = Max(guc::max_pending_events, tx.nrows + 1);
-    tx.rows = tx.rows ? (PendingRow *)repalloc(tx.rows, ncap * sizeof(PendingRow))
-                      : (PendingRow *)MemoryContextAlloc(TopMemoryContext, ncap * sizeof(PendingRow));
+    tx.rows = tx.rows
+                  ? (PendingRow *)repalloc(tx.rows, ncap * sizeof(PendingRow))
+                  : (PendingRow *)MemoryContextAlloc(TopMemoryContext, ncap * sizeof(PendingRow));
     tx.cap = ncap;
   }
   PendingRow *r = &tx.rows[tx.nrows++];
@@ -192,6 +197,8 @@ void clear_slot() {
   pg_atomic_write_u32(&slot->count, 0);
   pg_atomic_write_u32(&slot->wildcard, 0);
   pg_memory_barrier();
+  pg_atomic_fetch_and_u64(&shmem::shared()->active_slots[MyProc->pgprocno / 64],
+                          ~(UINT64CONST(1) << (MyProc->pgprocno % 64)));
 }
 
 void reset_tx() {
@@ -247,7 +254,9 @@ void publish_commit() {
     for (int64 i = 0; i < tx.nrows; i++) {
       const PendingRow *r = &tx.rows[i];
       h.len = (uint32)record_size(r);
-      h.kind = r->ephemeral ? RecordKind::Inline : r->payload ? RecordKind::RowInline : RecordKind::Row;
+      h.kind = r->ephemeral ? RecordKind::Inline
+               : r->payload ? RecordKind::RowInline
+                            : RecordKind::Row;
       h.stream_id = r->stream_id;
       h.msg_id = r->msg_id;
       h.data_len = r->data_len;
@@ -414,9 +423,10 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   TriggerData *td = (TriggerData *)fcinfo->context;
   if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) ||
       td->tg_trigger->tgnargs != 1)
-    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                    errmsg("pgbus_stream._capture() must be a statement-level INSERT trigger with the "
-                           "stream id as its argument")));
+    ereport(ERROR,
+            (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+             errmsg("pgbus_stream._capture() must be a statement-level INSERT trigger with the "
+                    "stream id as its argument")));
   int64 stream_id = pg_strtoint64(td->tg_trigger->tgargs[0]);
   TxStream *ts = register_stream(stream_id);
   if (TRIGGER_FIRED_BEFORE(td->tg_event))
@@ -497,9 +507,11 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
   }
   Size limit = pgbs::shmem::shared()->ring_capacity / 4;
   if (tx.inline_bytes + total + sizeof(RecordHeader) > limit)
-    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                    errmsg("pgbus_stream: ephemeral broadcasts of one transaction exceed %zu bytes", limit),
-                    errhint("Use durable broadcasts for large payloads, or raise pgbus_stream.ring_size.")));
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+         errmsg("pgbus_stream: ephemeral broadcasts of one transaction exceed %zu bytes", limit),
+         errhint("Use durable broadcasts for large payloads, or raise pgbus_stream.ring_size.")));
   TxStream *ts = register_stream(stream_id);
   int64 id = nextval_internal(seq, true);
   char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);

@@ -181,7 +181,8 @@ void Server::Impl::run() {
   need_run = false;
   drain_epoll();
   mhd_run_all();
-  timers(mono_ms());
+  clock_ms = mono_ms();
+  timers(clock_ms);
   if (need_run) { // resumed by a timer, or by open()/push() since the last run
     need_run = false;
     mhd_run_all();
@@ -480,6 +481,7 @@ void Server::reconfigure(const Config &c) {
 int Server::poll_fd() const { return impl_->running ? impl_->epfd : -1; }
 long Server::timeout_ms() const { return impl_->timeout_ms(); }
 void Server::run() { impl_->run(); }
+void Server::tick() { impl_->clock_ms = mono_ms(); }
 
 std::vector<Request> Server::take_pending() {
   std::vector<Request> out;
@@ -551,7 +553,7 @@ OutQueue::PushResult Server::push(uint64_t conn_id, OutFrame frame) {
   const uint64_t dropped_before = c->queue.dropped();
   const R r = c->queue.push(std::move(frame));
   const uint64_t dropped = c->queue.dropped() - dropped_before;
-  c->last_activity_ms = mono_ms();
+  c->last_activity_ms = impl_->clock_ms; // refreshed by tick(): no clock read per frame
   switch (r) {
   case R::Queued:
     c->data_queued += control ? 0 : 1;

@@ -98,6 +98,9 @@ public:
   long timeout_ms() const;
   // Accepts, reads, writes, sends heartbeats and enforces timeouts.
   void run();
+  // Reads the clock that push() stamps activity with; call once per wake-up,
+  // before the frames of that wake-up are pushed.
+  void tick();
 
   // SSE requests that arrived since the last call; each is suspended until decided.
   std::vector<Request> take_pending();

@@ -122,6 +122,7 @@ struct Server::Impl {
 
   bool need_run = false; // a resume happened outside MHD_run
   int64_t next_heartbeat_ms = 0;
+  int64_t clock_ms = 0;               // see Server::tick()
   int64_t next_expiry_ms = INT64_MAX; // next idle_timeout / max_lifetime check
 
   ~Impl();

@@ -1,6 +1,7 @@
 // Shared memory layout and the stream-entry table.
 #include "shmem/shared.hpp"
 
+// clang-format off: miscadmin.h must come first here
 extern "C" {
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -10,6 +11,7 @@ extern "C" {
 #include "datatype/timestamp.h"
 #include "utils/timestamp.h"
 }
+// clang-format on
 
 #include "pgbus_stream.hpp"
 
@@ -20,7 +22,9 @@ static Shared *g_shared = nullptr;
 static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
 
 // connections() rows per worker: its share of max_connections at start.
-static int conns_per_worker() { return (guc::max_connections + guc::workers - 1) / guc::workers + 16; }
+static int conns_per_worker() {
+  return (guc::max_connections + guc::workers - 1) / guc::workers + 16;
+}
 
 static void init_stream_stats(StreamStats *st) {
   pg_atomic_init_u64(&st->subscribers, 0);
@@ -42,7 +46,9 @@ Size shmem_size() {
   Size sz = MAXALIGN(sizeof(Shared));
   sz = add_size(sz, MAXALIGN(mul_size(guc::max_streams, sizeof(StreamEntry))));
   sz = add_size(sz, MAXALIGN(mul_size(slot_count(), sizeof(BackendSlot))));
-  sz = add_size(sz, MAXALIGN(mul_size(mul_size(guc::workers, conns_per_worker()), sizeof(ConnSnapshot))));
+  sz = add_size(sz, MAXALIGN(mul_size((slot_count() + 63) / 64, sizeof(pg_atomic_uint64))));
+  sz = add_size(
+      sz, MAXALIGN(mul_size(mul_size(guc::workers, conns_per_worker()), sizeof(ConnSnapshot))));
   sz = add_size(sz, MAXALIGN(mul_size(guc::diagnostics_size, sizeof(DiagEntry))));
   sz = add_size(sz, ring_bytes());
   return sz;
@@ -86,6 +92,11 @@ void shmem_startup() {
   p += MAXALIGN(mul_size(s->max_streams, sizeof(StreamEntry)));
   s->slots = (BackendSlot *)p;
   p += MAXALIGN(mul_size(s->nslots, sizeof(BackendSlot)));
+  s->active_slots = (pg_atomic_uint64 *)p;
+  p += MAXALIGN(mul_size((s->nslots + 63) / 64, sizeof(pg_atomic_uint64)));
+  if (!found)
+    for (int i = 0; i < (s->nslots + 63) / 64; i++)
+      pg_atomic_init_u64(&s->active_slots[i], 0);
   for (int w = 0; w < kMaxWorkers; w++) {
     WorkerConns *wc = &s->worker_conns[w];
     if (!found) {
@@ -187,12 +198,14 @@ static void copy_field(char *dst, size_t cap, const char *src) {
   dst[n] = '\0';
 }
 
-void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream, const char *detail) {
+void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream,
+                       const char *detail) {
   Diagnostics *d = &g_shared->diagnostics;
   if (d->capacity <= 0)
     return;
   DiagEntry e;
-  e.at_us = (int64)GetCurrentTimestamp() + (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+  e.at_us = (int64)GetCurrentTimestamp() +
+            (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
   e.worker = worker;
   e.conn_id = conn_id;
   copy_field(e.event, sizeof(e.event), event);

@@ -67,8 +67,8 @@ struct SlotEntry {
 };
 struct BackendSlot {
   Oid dboid;
-  pg_atomic_uint32 gen;   // bumped when the entries are cleared (seqlock for readers)
-  pg_atomic_uint32 count; // entries published; 0 = no transaction in flight
+  pg_atomic_uint32 gen;      // bumped when the entries are cleared (seqlock for readers)
+  pg_atomic_uint32 count;    // entries published; 0 = no transaction in flight
   pg_atomic_uint32 wildcard; // more streams than entries: holds every horizon of dboid at 0
   SlotEntry entries[kSlotStreams];
 };
@@ -78,9 +78,9 @@ struct WorkerStats {
   pg_atomic_uint64 connections;
   pg_atomic_uint64 delivered;
   pg_atomic_uint64 dropped;
-  pg_atomic_uint64 overruns;     // times the worker had to catch up from tables
-  pg_atomic_uint64 events_read;  // ring records consumed
-  pg_atomic_uint64 held_back; // ids held back because the token would be too long
+  pg_atomic_uint64 overruns;    // times the worker had to catch up from tables
+  pg_atomic_uint64 events_read; // ring records consumed
+  pg_atomic_uint64 held_back;   // ids held back because the token would be too long
 };
 
 // A live connection as shown by connections(); written by its worker about
@@ -117,14 +117,15 @@ struct Diagnostics {
   int capacity;
   DiagEntry *items;
 };
-void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream, const char *detail);
+void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream,
+                       const char *detail);
 
 struct Shared {
   LWLock *ring_lock;    // appending to / copying from the ring
   LWLock *streams_lock; // creating StreamEntry rows
   uint64 ring_capacity;
-  pg_atomic_uint64 ring_head;     // total bytes ever appended (monotonic)
-  pg_atomic_uint64 overrun_seq;   // bumped when a transaction's events were not put in the ring
+  pg_atomic_uint64 ring_head;   // total bytes ever appended (monotonic)
+  pg_atomic_uint64 overrun_seq; // bumped when a transaction's events were not put in the ring
   pg_atomic_uint64 catalog_version;
   pg_atomic_uint64 ring_overflows; // producers that fell back to overrun (stats)
   int max_streams;
@@ -136,6 +137,10 @@ struct Shared {
   Diagnostics diagnostics;
   StreamEntry *streams; // max_streams entries, open addressing
   BackendSlot *slots;   // one per PGPROC
+  // Bit i set while slot i may hold entries: set before a transaction's first
+  // entry is published, cleared after its entries are withdrawn. Readers visit
+  // only the slots of transactions in flight instead of every PGPROC.
+  pg_atomic_uint64 *active_slots; // (nslots + 63) / 64 words
   char *ring;
 };
 

@@ -86,6 +86,7 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
 }
 
 void Hub::reload_catalog() {
+  catalog_reloaded_ = true; // StreamState pointers held by cycle() may be gone
   catalog_version_ = reader_.catalog_version();
   std::vector<StreamInfo> infos;
   std::vector<std::pair<int64_t, int64_t>> maxima;
@@ -434,15 +435,21 @@ void Hub::dispatch(StreamState &st, const Row &row) {
 void Hub::advance_horizons(const HorizonBounds &b) {
   if (b.frozen)
     return;
-  for (const auto &[id, max] : b.max_committed) {
-    auto sit = streams_.find(id);
-    if (sit == streams_.end())
-      continue;
-    auto &st = sit->second;
+  // b.max_committed is in the order of cycle_states_ (see cycle()), unless the
+  // catalog was reloaded since: then look the streams up.
+  const bool aligned = cycle_states_.size() == b.max_committed.size() && !catalog_reloaded_;
+  for (size_t k = 0; k < b.max_committed.size(); ++k) {
+    const auto &[id, max] = b.max_committed[k];
+    StreamState *st = aligned ? cycle_states_[k] : nullptr;
+    if (!aligned) {
+      auto sit = streams_.find(id);
+      if (sit == streams_.end())
+        continue;
+      st = sit->second.get();
+    }
     int64_t h = max;
-    auto f = b.min_floor.find(id);
-    if (f != b.min_floor.end())
-      h = std::min(h, f->second);
+    if (const int64_t *f = b.floor_of(id))
+      h = std::min(h, *f);
     if (st->entry && st->pos.horizon > st->published_horizon) { // for stats()
       st->published_horizon = st->pos.horizon;
       uint64 cur = pg_atomic_read_u64(&st->entry->stats.horizon);
@@ -460,7 +467,7 @@ void Hub::advance_horizons(const HorizonBounds &b) {
       if (it == conns_.end())
         continue;
       for (Sub &sub : it->second.subs) {
-        if (sub.st != st.get() || sub.synced)
+        if (sub.st != st || sub.synced)
           continue;
         if (sub.replaying) {
           // Every visible id up to page_after was sent (replayed, or live).
@@ -523,8 +530,12 @@ void Hub::cycle() {
   // Reused between wake-ups: no allocation per stream on this path.
   std::vector<int64_t> &ids = cycle_ids_;
   ids.clear();
-  for (auto &[id, st] : streams_)
+  cycle_states_.clear();
+  for (auto &[id, st] : streams_) {
     ids.push_back(id);
+    cycle_states_.push_back(st.get());
+  }
+  catalog_reloaded_ = false;
   HorizonBounds &bounds = cycle_bounds_;
   read_horizon_bounds(dboid_, ids, &bounds);
   std::vector<RingEvent> events;

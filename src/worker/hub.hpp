@@ -137,6 +137,8 @@ private:
   void record_history(const std::string &stream, const char *event, double duration_ms,
                       int64_t fanout);
   std::vector<int64_t> cycle_ids_;
+  std::vector<StreamState *> cycle_states_; // same order as cycle_ids_
+  bool catalog_reloaded_ = false;           // since cycle_states_ was built
   HorizonBounds cycle_bounds_;
   bool burst_ = false;
   uint64_t burst_no_ = 0;

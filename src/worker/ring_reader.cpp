@@ -81,7 +81,8 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
   return complete;
 }
 
-void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids, HorizonBounds *out) {
+void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
+                         HorizonBounds *out) {
   shmem::Shared *s = shmem::shared();
   out->max_committed.clear();
   out->min_floor.clear();
@@ -94,38 +95,41 @@ void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
     out->max_committed.emplace_back(id, e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0);
   }
   pg_memory_barrier();
-  for (int i = 0; i < s->nslots; i++) {
-    shmem::BackendSlot *slot = &s->slots[i];
-    for (int attempt = 0;; attempt++) {
-      uint32 gen = pg_atomic_read_u32(&slot->gen);
-      pg_read_barrier();
-      uint32 n = pg_atomic_read_u32(&slot->count);
-      bool wildcard = pg_atomic_read_u32(&slot->wildcard) != 0;
-      if (n == 0 && !wildcard)
-        break;
-      pg_read_barrier();
-      Oid slot_db = slot->dboid;
-      shmem::SlotEntry entries[shmem::kSlotStreams];
-      if (n > (uint32)shmem::kSlotStreams)
-        n = shmem::kSlotStreams;
-      memcpy(entries, slot->entries, sizeof(shmem::SlotEntry) * n);
-      pg_read_barrier();
-      if (pg_atomic_read_u32(&slot->gen) != gen) {
-        if (attempt < 1000)
-          continue; // the producer moved on while we read: read again
-        out->frozen = true; // never settled: hold the horizons this round
+  // Only slots whose bit is set can hold entries (see Shared::active_slots).
+  for (int w = 0; w < (s->nslots + 63) / 64; w++) {
+    uint64 bits = pg_atomic_read_u64(&s->active_slots[w]);
+    while (bits != 0) {
+      const int i = w * 64 + __builtin_ctzll(bits);
+      bits &= bits - 1;
+      shmem::BackendSlot *slot = &s->slots[i];
+      for (int attempt = 0;; attempt++) {
+        uint32 gen = pg_atomic_read_u32(&slot->gen);
+        pg_read_barrier();
+        uint32 n = pg_atomic_read_u32(&slot->count);
+        bool wildcard = pg_atomic_read_u32(&slot->wildcard) != 0;
+        if (n == 0 && !wildcard)
+          break;
+        pg_read_barrier();
+        Oid slot_db = slot->dboid;
+        shmem::SlotEntry entries[shmem::kSlotStreams];
+        if (n > (uint32)shmem::kSlotStreams)
+          n = shmem::kSlotStreams;
+        memcpy(entries, slot->entries, sizeof(shmem::SlotEntry) * n);
+        pg_read_barrier();
+        if (pg_atomic_read_u32(&slot->gen) != gen) {
+          if (attempt < 1000)
+            continue;         // the producer moved on while we read: read again
+          out->frozen = true; // never settled: hold the horizons this round
+          break;
+        }
+        if (slot_db != dboid)
+          break;
+        if (wildcard)
+          out->frozen = true;
+        for (uint32 k = 0; k < n; k++)
+          out->lower_floor(entries[k].stream_id, entries[k].floor);
         break;
       }
-      if (slot_db != dboid)
-        break;
-      if (wildcard)
-        out->frozen = true;
-      for (uint32 k = 0; k < n; k++) {
-        auto it = out->min_floor.find(entries[k].stream_id);
-        if (it == out->min_floor.end() || entries[k].floor < it->second)
-          out->min_floor[entries[k].stream_id] = entries[k].floor;
-      }
-      break;
     }
   }
   pg_memory_barrier();
@@ -138,4 +142,3 @@ void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id) {
 }
 
 } // namespace pgbs::worker
-

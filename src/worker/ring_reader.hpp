@@ -42,13 +42,30 @@ private:
 // first, then the lowest floor any in-flight producer published.
 struct HorizonBounds {
   std::vector<std::pair<int64_t, int64_t>> max_committed; // (stream_id, M), in the order asked
-  std::unordered_map<int64_t, int64_t> min_floor;     // stream_id -> lowest floor
-  bool frozen = false;                                // a producer holds every horizon
+  // (stream_id, lowest floor) of streams with producers in flight: few, so a
+  // vector reused between wake-ups (no allocation per wake-up)
+  std::vector<std::pair<int64_t, int64_t>> min_floor;
+  void lower_floor(int64_t stream_id, int64_t floor) {
+    for (auto &f : min_floor)
+      if (f.first == stream_id) {
+        f.second = std::min(f.second, floor);
+        return;
+      }
+    min_floor.emplace_back(stream_id, floor);
+  }
+  const int64_t *floor_of(int64_t stream_id) const {
+    for (const auto &f : min_floor)
+      if (f.first == stream_id)
+        return &f.second;
+    return nullptr;
+  }
+  bool frozen = false; // a producer holds every horizon
 };
 
 // Reads M for the given streams (creating their shared entries), then the
 // producer slots. Call before drain() (DESIGN §3.1 ordering).
-void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids, HorizonBounds *out);
+void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
+                         HorizonBounds *out);
 
 // Raises the stream's shared committed maximum (used at load with the table's max).
 void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id);

@@ -16,10 +16,10 @@
 #endif
 
 extern "C" {
+#include "postgres.h"
 #include "datatype/timestamp.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "postgres.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -262,6 +262,7 @@ int run() {
     }
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
+      server.tick();
       hub.cycle();
       if (!listening)
         continue;

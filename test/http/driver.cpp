@@ -175,6 +175,7 @@ public:
         timeout = to_tick;
       epoll_event evs[4];
       const int n = epoll_wait(ep, evs, 4, static_cast<int>(timeout));
+      server_.tick();
       for (int i = 0; i < n; ++i)
         if (evs[i].data.u32 == 2)
           read_commands(ep);
