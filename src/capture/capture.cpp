@@ -215,11 +215,25 @@ void reset_tx() {
   }
 }
 
-void wake_workers() {
+// Wakes the workers that have a connection on a stream this transaction
+// wrote to, and any worker that has fallen a quarter of the ring behind (so
+// that it is never lapped for want of a wake-up); every worker when the
+// catalog changed or events had to bypass the ring. A worker without
+// subscribers is thus not woken on every commit.
+void wake_workers(bool all) {
   shmem::Shared *s = shmem::shared();
+  uint32 mask = 0;
+  pg_memory_barrier(); // the ring write is visible before the masks are read
+  if (!all)
+    for (int i = 0; i < tx.nstreams; i++)
+      mask |= pg_atomic_read_u32(&tx.streams[i].entry->subscriber_workers);
+  const uint64 head = pg_atomic_read_u64(&s->ring_head);
   for (int i = 0; i < shmem::kMaxWorkers; i++) {
     Latch *l = s->worker_latch[i];
-    if (l != nullptr)
+    if (l == nullptr)
+      continue;
+    if (all || (mask & (1u << i)) ||
+        head - pg_atomic_read_u64(&s->worker_ring_pos[i]) > s->ring_capacity / 4)
       SetLatch(l);
   }
 }
@@ -282,7 +296,7 @@ void publish_commit() {
   clear_slot();
   if (tx.catalog_changed)
     pg_atomic_fetch_add_u64(&s->catalog_version, 1);
-  wake_workers();
+  wake_workers(tx.catalog_changed || tx.overflowed || !fits);
 }
 
 void on_xact(XactEvent event, void *) {

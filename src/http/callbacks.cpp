@@ -386,6 +386,21 @@ ssize_t Server::Impl::on_read(Conn *c, char *buf, size_t max) {
   c->delivered = c->copied; // MHD asks for more only once the last chunk went out
   if (c->kill)
     return MHD_CONTENT_READER_END_WITH_ERROR;
+  const size_t n = fill(c, buf, max);
+  if (n > 0)
+    return static_cast<ssize_t>(n);
+  if (c->ending)
+    return MHD_CONTENT_READER_END_OF_STREAM;
+  // Everything MHD had for this socket is sent: from here on the server
+  // writes the stream itself until it ends.
+  suspend(c);
+  enter_direct(c);
+  return 0;
+}
+
+// Copies queued frames into buf (up to max bytes), queueing a gap notice when
+// the queue runs empty with drops unreported; updates the copied count.
+size_t Server::Impl::fill(Conn *c, char *buf, size_t max) {
   size_t n = c->queue.read_into(buf, max);
   if (c->queue.empty()) {
     c->gap_queued = false; // the notice went out with this chunk
@@ -399,12 +414,7 @@ ssize_t Server::Impl::on_read(Conn *c, char *buf, size_t max) {
     }
   }
   c->copied = c->data_queued - c->evicted - c->queue.events();
-  if (n > 0)
-    return static_cast<ssize_t>(n);
-  if (c->ending)
-    return MHD_CONTENT_READER_END_OF_STREAM;
-  suspend(c);
-  return 0;
+  return n;
 }
 
 void Server::Impl::on_completed(MHD_Connection *, void **cls, MHD_RequestTerminationCode toe) {

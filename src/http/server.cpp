@@ -18,8 +18,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -180,9 +183,11 @@ void Server::Impl::run() {
     return;
   need_run = false;
   drain_epoll();
+  flush_dirty();
   mhd_run_all();
   clock_ms = mono_ms();
   timers(clock_ms);
+  flush_dirty();  // heartbeats, gap notices
   if (need_run) { // resumed by a timer, or by open()/push() since the last run
     need_run = false;
     mhd_run_all();
@@ -209,7 +214,7 @@ void Server::Impl::mhd_run_all() {
 long Server::Impl::timeout_ms() const {
   if (!running)
     return -1;
-  if (need_run)
+  if (need_run || !dirty.empty())
     return 0;
   const int64_t now = mono_ms();
   int64_t best = INT64_MAX;
@@ -247,8 +252,12 @@ void Server::Impl::drain_epoll() {
     auto it = conns.find(evs[i].data.u64 & ~kConnTag);
     if (it == conns.end())
       continue;
-    unwatch(it->second);
-    abort_conn(it->second, "client");
+    if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      unwatch(it->second);
+      abort_conn(it->second, "client");
+    } else if (evs[i].events & EPOLLOUT) {
+      flush(it->second); // a direct stream's socket has room again
+    }
   }
 }
 
@@ -307,7 +316,7 @@ void Server::Impl::heartbeats(int64_t now) {
     f.body = body;
     f.control = true;
     c->queue.push(std::move(f));
-    wake(c);
+    notify(c);
   }
 }
 
@@ -358,6 +367,121 @@ void Server::Impl::suspend(Conn *c) {
   c->suspended = true;
 }
 
+// Something was queued (or the stream is to end): a direct stream is flushed
+// in this round, any other one is resumed in MHD.
+void Server::Impl::notify(Conn *c) {
+  if (!c->direct) {
+    wake(c);
+    return;
+  }
+  if (!c->dirty) {
+    c->dirty = true;
+    dirty.push_back(c->id);
+  }
+}
+
+// Called from the content reader with MHD's buffer for this socket empty (it
+// asks for more only once the last chunk is out) and the connection suspended.
+void Server::Impl::enter_direct(Conn *c) {
+  if (c->direct || !c->watched || c->fd < 0)
+    return; // not in the outer epoll set: MHD keeps writing it
+  int one = 1, zero = 0;
+  (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); // each write leaves at once
+  (void)setsockopt(c->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
+  c->direct = true;
+}
+
+void Server::Impl::leave_direct(Conn *c) {
+  if (!c->direct)
+    return;
+  set_out(c, false);
+  c->direct = false;
+  c->unsent.clear();
+}
+
+void Server::Impl::set_out(Conn *c, bool on) {
+  if (c->want_out == on || !c->watched)
+    return;
+  epoll_event ev{};
+  ev.events = EPOLLRDHUP | (on ? EPOLLOUT : 0u);
+  ev.data.u64 = c->id | kConnTag;
+  if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+    c->want_out = on;
+}
+
+// Writes a direct stream's queue as HTTP/1.1 chunks (HTTP/1.0: raw bytes), one
+// send per chunk of up to the scratch size; what the socket does not take
+// waits in c->unsent with EPOLLOUT armed. A stream that is ending and fully
+// written goes back to MHD, which sends the last chunk and closes.
+void Server::Impl::flush(Conn *c) {
+  if (!c->direct || c->kill)
+    return;
+  auto send_some = [&](const char *p, size_t len) -> bool { // false: stop here
+    const ssize_t w = ::send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      abort_conn(c, "client");
+      return false;
+    }
+    const size_t done = w > 0 ? static_cast<size_t>(w) : 0;
+    if (done < len) {
+      c->unsent.assign(p + done, len - done);
+      set_out(c, true);
+      return false;
+    }
+    return true;
+  };
+  if (!c->unsent.empty()) {
+    std::string rest;
+    rest.swap(c->unsent);
+    if (!send_some(rest.data(), rest.size()))
+      return;
+  }
+  c->delivered = c->copied;
+  if (scratch.empty())
+    scratch.resize(64 * 1024);
+  constexpr size_t kHead = 8; // "ffffff\r\n" at most, written right before the data
+  for (int round = 0; round < 4; ++round) {
+    const size_t n = fill(c, scratch.data() + kHead, scratch.size() - kHead - 2);
+    if (n == 0)
+      break;
+    char *start = scratch.data() + kHead;
+    size_t len = n;
+    if (!c->http10) {
+      char head[kHead + 1];
+      const int hl = snprintf(head, sizeof(head), "%zx\r\n", n);
+      start -= hl;
+      memcpy(start, head, static_cast<size_t>(hl));
+      memcpy(scratch.data() + kHead + n, "\r\n", 2);
+      len += static_cast<size_t>(hl) + 2;
+    }
+    if (!send_some(start, len))
+      return;
+    c->delivered = c->copied;
+  }
+  set_out(c, false);
+  if (!c->queue.empty()) {
+    notify(c); // more than four chunks: the rest in the next round
+  } else if (c->ending) {
+    leave_direct(c);
+    wake(c); // MHD calls the reader: END_OF_STREAM
+  }
+}
+
+void Server::Impl::flush_dirty() {
+  if (dirty.empty())
+    return;
+  std::vector<uint64_t> list;
+  list.swap(dirty);
+  for (uint64_t id : list) {
+    auto it = conns.find(id);
+    if (it == conns.end())
+      continue;
+    it->second->dirty = false;
+    if (it->second->direct && it->second->unsent.empty())
+      flush(it->second); // one blocked on its socket waits for EPOLLOUT
+  }
+}
+
 void Server::Impl::watch(Conn *c) {
   if (c->watched || c->fd < 0)
     return;
@@ -384,7 +508,7 @@ void Server::Impl::end_gracefully(Conn *c, const std::string &reason) {
   c->ending = true;
   c->end_deadline_ms = mono_ms() + kGracefulCloseMs;
   ending.push_back(c->id);
-  wake(c);
+  notify(c); // a direct stream is handed back to MHD once its frames are out
 }
 
 void Server::Impl::abort_conn(Conn *c, const std::string &reason) {
@@ -394,6 +518,7 @@ void Server::Impl::abort_conn(Conn *c, const std::string &reason) {
     c->kill = true;
     kill_socket(c->fd);
   }
+  leave_direct(c);
   wake(c);
 }
 
@@ -570,7 +695,7 @@ OutQueue::PushResult Server::push(uint64_t conn_id, OutFrame frame) {
     impl_->abort_conn(c, "overflow");
     return r;
   }
-  impl_->wake(c);
+  impl_->notify(c);
   return r;
 }
 

@@ -93,6 +93,15 @@ struct Conn {
   std::string gap_resume;             // id before the first drop the next notice reports
   bool gap_resume_set = false;
 
+  // Direct writes (DESIGN §8): once its head and first frames went out
+  // through MHD and its queue ran empty, a stream stays suspended in MHD and
+  // the server writes its chunks to the socket itself, one send per
+  // connection per round; MHD gets it back only to end it.
+  bool direct = false;
+  bool dirty = false;    // on Impl::dirty: frames queued since the last flush
+  bool want_out = false; // EPOLLOUT armed: the socket took only part of a write
+  std::string unsent;    // the part it did not take
+
   bool ending = false; // graceful end: END_OF_STREAM once the queue is flushed
   bool kill = false;   // abort: END_WITH_ERROR at the next reader call
   std::string close_reason;
@@ -118,6 +127,8 @@ struct Server::Impl {
   std::set<std::string> protected_paths;
   std::list<Sock *> waiting; // sockets owing a request, oldest first
   std::vector<uint64_t> ending;
+  std::vector<uint64_t> dirty; // direct streams with frames to write
+  std::vector<char> scratch;   // one chunk being written (direct streams)
   std::deque<std::string> log;
 
   bool need_run = false; // a resume happened outside MHD_run
@@ -138,7 +149,14 @@ struct Server::Impl {
   void shutdown(int drain_ms);
   void stop_daemons();
   void wake(Conn *c);
+  void notify(Conn *c);
   void suspend(Conn *c);
+  size_t fill(Conn *c, char *buf, size_t max);
+  void enter_direct(Conn *c);
+  void leave_direct(Conn *c);
+  void flush(Conn *c);
+  void flush_dirty();
+  void set_out(Conn *c, bool on);
   void watch(Conn *c);
   void unwatch(Conn *c);
   void end_gracefully(Conn *c, const std::string &reason);

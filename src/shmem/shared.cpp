@@ -79,6 +79,7 @@ void shmem_startup() {
     pg_atomic_init_u64(&s->ring_overflows, 0);
     for (int i = 0; i < kMaxWorkers; i++) {
       pg_atomic_init_u32(&s->worker_pid[i], 0);
+      pg_atomic_init_u64(&s->worker_ring_pos[i], 0);
       WorkerStats *ws = &s->worker_stats[i];
       pg_atomic_init_u64(&ws->connections, 0);
       pg_atomic_init_u64(&ws->delivered, 0);
@@ -122,6 +123,7 @@ void shmem_startup() {
       s->streams[i].stream_id = 0;
       pg_atomic_init_u64(&s->streams[i].max_committed, 0);
       pg_atomic_init_u64(&s->streams[i].events, 0);
+      pg_atomic_init_u32(&s->streams[i].subscriber_workers, 0);
       init_stream_stats(&s->streams[i].stats);
     }
     for (int i = 0; i < s->nslots; i++) {
@@ -174,6 +176,7 @@ StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create) {
     slot->dboid = dboid;
     pg_atomic_write_u64(&slot->max_committed, 0);
     pg_atomic_write_u64(&slot->events, 0);
+    pg_atomic_write_u32(&slot->subscriber_workers, 0);
     init_stream_stats(&slot->stats);
     pg_write_barrier();
     slot->stream_id = stream_id;
@@ -181,6 +184,12 @@ StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create) {
   }
   LWLockRelease(s->streams_lock);
   return e;
+}
+
+void clear_subscriber_bits(int w) {
+  Shared *s = g_shared;
+  for (int i = 0; i < s->max_streams; i++)
+    pg_atomic_fetch_and_u32(&s->streams[i].subscriber_workers, ~(1u << w));
 }
 
 void advance_max_committed(StreamEntry *e, int64 id) {

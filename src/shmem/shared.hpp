@@ -48,6 +48,9 @@ struct StreamEntry {
   int64 stream_id;                // 0 = free
   pg_atomic_uint64 max_committed; // highest msg_id whose commit reached the ring
   pg_atomic_uint64 events;        // committed events seen at commit (stats)
+  // Bit w set while worker w has a connection on this stream: a committing
+  // producer wakes only those workers (and any worker lagging in the ring).
+  pg_atomic_uint32 subscriber_workers;
   StreamStats stats;
 };
 
@@ -131,6 +134,7 @@ struct Shared {
   int max_streams;
   int nslots;
   Latch *worker_latch[kMaxWorkers];
+  pg_atomic_uint64 worker_ring_pos[kMaxWorkers]; // how far each worker has read the ring
   pg_atomic_uint32 worker_pid[kMaxWorkers];
   WorkerStats worker_stats[kMaxWorkers];
   WorkerConns worker_conns[kMaxWorkers];
@@ -170,6 +174,8 @@ Shared *shared();
 StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create);
 
 // Raises entry->max_committed to at least id.
+// Clears worker w's bit in every stream's subscriber_workers (worker start).
+void clear_subscriber_bits(int w);
 void advance_max_committed(StreamEntry *e, int64 id);
 
 } // namespace pgbs::shmem

@@ -35,7 +35,22 @@ std::string control_event(const std::string &event, const std::string &json) {
 
 Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
     : server_(server), dboid_(dboid), worker_index_(worker_index), reader_(dboid) {
+  shmem::clear_subscriber_bits(worker_index_); // left by a previous process in this slot
   reader_.start();
+  pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+}
+
+// Producers wake this worker for a stream only while the bit is set (see
+// StreamEntry::subscriber_workers). Setting it is a full barrier; the caller
+// drains the ring after it (the worker sets its own latch after subscribing),
+// so a commit that missed the bit is still picked up at once.
+void Hub::note_watched(StreamState &st, bool watched) {
+  if (!st.entry)
+    return;
+  if (watched)
+    pg_atomic_fetch_or_u32(&st.entry->subscriber_workers, 1u << worker_index_);
+  else
+    pg_atomic_fetch_and_u32(&st.entry->subscriber_workers, ~(1u << worker_index_));
 }
 
 Hub::~Hub() {
@@ -540,6 +555,7 @@ void Hub::cycle() {
   read_horizon_bounds(dboid_, ids, &bounds);
   std::vector<RingEvent> events;
   bool complete = reader_.drain(&events);
+  pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
   burst_ = events.size() * 2 > (size_t)guc::queue_max_events;
   if (burst_)
     burst_no_++;
@@ -752,6 +768,8 @@ void Hub::subscribe(const http::Request &req) {
                                .c_str());
   bool needs_replay = false;
   for (Sub &s : c.subs) {
+    if (s.st->conns.empty())
+      note_watched(*s.st, true);
     s.st->conns.push_back(c.id);
     if (s.st->entry)
       pg_atomic_fetch_add_u64(&s.st->entry->stats.subscribers, 1);
@@ -1038,6 +1056,8 @@ void Hub::closed(uint64_t conn_id) {
       pg_atomic_fetch_sub_u64(&s.st->entry->stats.subscribers, 1);
     auto &v = s.st->conns;
     v.erase(std::remove(v.begin(), v.end(), conn_id), v.end());
+    if (v.empty())
+      note_watched(*s.st, false);
   }
   conns_.erase(it);
 }

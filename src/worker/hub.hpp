@@ -118,6 +118,7 @@ private:
                          std::vector<std::pair<int64_t, int64_t>> *maxima);
   StreamState *find_by_name(const std::string &name);
   void dispatch(StreamState &st, const Row &row);
+  void note_watched(StreamState &st, bool watched);
   // Queues one row on one subscription; false when it was held back.
   bool deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
                   const cursor::StreamPosition *stream_before = nullptr,

@@ -27,6 +27,7 @@ public:
   // Returns false when events were lost (ring lapped, or a producer skipped
   // the ring): the caller must catch up from the tables.
   bool drain(std::vector<RingEvent> *out);
+  uint64_t position() const { return pos_; } // ring bytes read so far
   uint64_t catalog_version() const;
   uint64_t records_read() const { return records_read_; }
 

@@ -294,6 +294,9 @@ int run() {
         std::vector<http::Request> pending = server.take_pending();
         if (pending.empty())
           break;
+        // Producers wake this worker for a newly watched stream from now on;
+        // one more round drains what they committed before they could know.
+        pg::call([] { SetLatch(MyLatch); });
         hub.cycle(); // bring every stream up to date before replays start
         for (const http::Request &r : pending) {
           try {
