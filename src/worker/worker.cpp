@@ -244,8 +244,9 @@ int run() {
       timeout = 500; // connections() stays within a second of reality
     if (worker_index == 0 && (timeout < 0 || timeout > 1000L * guc::retention_interval_s))
       timeout = 1000L * guc::retention_interval_s; // retention runs on a timer
-    if (defer_ms >= 0 && (timeout < 0 || timeout > defer_ms))
-      timeout = defer_ms;
+    if (defer_ms >= 0)
+      timeout = defer_ms; // paced: frames queued meanwhile wait for the next round
+                          // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
     WaitEvent events[3];
