@@ -120,8 +120,10 @@ void Hub::reload_catalog() {
     st->entry = shmem::stream_entry(dboid_, si.id, true);
     st->pos.epoch = si.id;
     for (auto &[id, max] : maxima)
-      if (id == si.id)
+      if (id == si.id) {
         st->pos.advance(max);
+        st->tail_floor = max; // rows up to here were never dispatched by this process
+      }
     st->info = std::move(si);
     st->token_stale = true;
     by_name_[st->info.name] = st->info.id;
@@ -415,7 +417,8 @@ void Hub::dispatch(StreamState &st, const Row &row) {
   counters_.events++;
   if (st.conns.empty()) {
     st.pos.add(row.msg_id);
-    st.token_stale = true; // encoded when someone needs it
+    st.token_stale = true;     // encoded when someone needs it
+    tail_drop(st, row.msg_id); // nobody to replay to: the tail starts above it
     return;
   }
   // Near the token bound, keep the position without this id for holds.
@@ -426,6 +429,8 @@ void Hub::dispatch(StreamState &st, const Row &row) {
   st.pos.add(row.msg_id);
   st.token_stale = true;
   auto body = encode_body(row);
+  if (!row.ephemeral) // ephemeral ones are retained apart (retain_ephemeral)
+    tail_add(st, row, body);
   // The whole frame for connections in step with the stream, when the
   // stream's own token is short enough to send.
   std::shared_ptr<const std::string> frame;
@@ -445,6 +450,46 @@ void Hub::dispatch(StreamState &st, const Row &row) {
                    frame ? &frame : nullptr);
   }
   flush_stats(st, row.commit_us);
+}
+
+void Hub::tail_add(StreamState &st, const Row &row,
+                   const std::shared_ptr<const std::string> &body) {
+  const size_t max_rows = (size_t)guc::memory_retention;
+  if (max_rows == 0 || row.msg_id <= st.tail_floor) {
+    st.tail_floor = std::max(st.tail_floor, row.msg_id);
+    return;
+  }
+  StreamState::TailRow t;
+  t.row.msg_id = row.msg_id;
+  t.row.event = row.event;
+  t.row.visible_to = row.visible_to;
+  t.row.enqueued_us = row.enqueued_us;
+  t.body = body;
+  st.tail_bytes += body->size();
+  st.tail.emplace(row.msg_id, std::move(t));
+  st.tail_order.push_back(row.msg_id);
+  while (!st.tail_order.empty() &&
+         (st.tail_order.size() > max_rows || st.tail_bytes > (size_t)guc::queue_max_bytes)) {
+    auto it = st.tail.find(st.tail_order.front());
+    if (it != st.tail.end()) {
+      st.tail_bytes -= it->second.body->size();
+      st.tail_floor = std::max(st.tail_floor, it->first);
+      st.tail.erase(it);
+    }
+    st.tail_order.pop_front();
+  }
+}
+
+// Empties the tail and moves its floor to at least `upto`: every row at or
+// below it must come from the table.
+void Hub::tail_drop(StreamState &st, int64_t upto) {
+  st.tail_floor = std::max(st.tail_floor, upto);
+  if (st.tail.empty())
+    return;
+  st.tail_floor = std::max(st.tail_floor, st.tail.rbegin()->first);
+  st.tail.clear();
+  st.tail_order.clear();
+  st.tail_bytes = 0;
 }
 
 void Hub::advance_horizons(const HorizonBounds &b) {
@@ -535,6 +580,11 @@ void Hub::catch_up_all() {
         break;
       after = rows.back().msg_id;
     }
+    // Rows the ring lost never reached the tail: below what the table holds
+    // now, replays read the table.
+    tail_drop(*st,
+              std::max(after,
+                       st->entry ? (int64_t)pg_atomic_read_u64(&st->entry->max_committed) : after));
     st->token_stale = true;
   }
 }
@@ -789,19 +839,47 @@ void Hub::subscribe(const http::Request &req) {
 }
 
 bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
-  std::vector<Row> rows = read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2",
-                                    nullptr, sub.page_after, page);
+  // Above the tail's floor the tail holds every row this worker dispatched:
+  // no table read (rows committed but not yet drained come live).
+  std::vector<std::shared_ptr<const std::string>> bodies;
+  std::vector<Row> rows;
+  if (sub.page_after >= sub.st->tail_floor) {
+    for (auto it = sub.st->tail.upper_bound(sub.page_after);
+         it != sub.st->tail.end() && (int64_t)rows.size() < page; ++it) {
+      rows.push_back(it->second.row);
+      bodies.push_back(it->second.body);
+    }
+  } else {
+    rows = read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr,
+                     sub.page_after, page);
+  }
   const bool last_page = (int64_t)rows.size() < page;
   // Merge the ephemeral broadcasts this worker still holds into the page.
   const int64_t upto = last_page ? INT64_MAX : rows.back().msg_id;
   const size_t table_rows = rows.size();
+  bodies.resize(rows.size()); // table rows: encoded below
   for (const Row &e : sub.st->ephemeral)
-    if (e.msg_id > sub.page_after && e.msg_id <= upto)
+    if (e.msg_id > sub.page_after && e.msg_id <= upto) {
       rows.push_back(e);
-  if (rows.size() != table_rows)
-    std::sort(rows.begin(), rows.end(),
-              [](const Row &a, const Row &b) { return a.msg_id < b.msg_id; });
-  for (const Row &r : rows) {
+      bodies.emplace_back();
+    }
+  if (rows.size() != table_rows) {
+    std::vector<size_t> order(rows.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return rows[a].msg_id < rows[b].msg_id; });
+    std::vector<Row> r2;
+    std::vector<std::shared_ptr<const std::string>> b2;
+    for (size_t i : order) {
+      r2.push_back(std::move(rows[i]));
+      b2.push_back(std::move(bodies[i]));
+    }
+    rows.swap(r2);
+    bodies.swap(b2);
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row &r = rows[i];
     if (!has_room(c.id)) {
       flush_stats(*sub.st, 0);
       return false; // the rest of the page is read again when the queue drains
@@ -810,7 +888,8 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
     // horizon the ones not returned will never be visible, so the token folds them.
     sub.pos.advance(std::min(r.msg_id - 1, sub.st->pos.horizon));
     sub.page_after = r.msg_id; // hold() moves it back below r if r is held
-    if (!sub.pos.covers(r.msg_id) && !deliver_to(c, sub, r, encode_body(r))) {
+    if (!sub.pos.covers(r.msg_id) &&
+        !deliver_to(c, sub, r, bodies[i] ? bodies[i] : encode_body(r))) {
       flush_stats(*sub.st, 0);
       return false; // held back: continue when the horizon moves
     }

@@ -88,6 +88,20 @@ private:
     std::deque<Row> ephemeral;           // recent ephemeral broadcasts (memory_retention)
     std::deque<int64_t> evicted;         // ids of ephemeral broadcasts no longer held
     int64_t evicted_floor = 0;           // every evicted id not in `evicted` is <= this
+    // The recent durable rows dispatched while the stream had connections,
+    // with their encoded bodies, bounded by memory_retention rows and
+    // queue_max_bytes: replays above tail_floor (reconnects, connections
+    // catching up after a burst) are served from here instead of the table.
+    // Every committed row with an id above tail_floor that this worker has
+    // dispatched is here (a row dropped from it raises tail_floor to its id).
+    struct TailRow {
+      Row row; // data cleared: the body carries it
+      std::shared_ptr<const std::string> body;
+    };
+    std::map<int64_t, TailRow> tail;
+    std::deque<int64_t> tail_order; // dispatch order, oldest first
+    size_t tail_bytes = 0;
+    int64_t tail_floor = 0;
   };
   struct Sub {
     StreamState *st;
@@ -118,6 +132,8 @@ private:
                          std::vector<std::pair<int64_t, int64_t>> *maxima);
   StreamState *find_by_name(const std::string &name);
   void dispatch(StreamState &st, const Row &row);
+  void tail_add(StreamState &st, const Row &row, const std::shared_ptr<const std::string> &body);
+  void tail_drop(StreamState &st, int64_t upto);
   void note_watched(StreamState &st, bool watched);
   // Queues one row on one subscription; false when it was held back.
   bool deliver_to(Conn &c, Sub &sub, const Row &row, const std::shared_ptr<const std::string> &body,
