@@ -82,6 +82,8 @@ loadTable(`Fan-out at a fixed rate (${run.rate} msg/s, one stream)`, 'fanout',
   'Offered load is rate × subscribers deliveries/s. "published msg/s" below the rate means the publish call itself was too slow (a late publisher stops at duration + max(5 s, duration)); a server that cannot keep up shows lower deliveries/s, growing latency and undelivered messages.');
 loadTable('Fan-out at saturation (publisher as fast as it can)', 'saturation',
   `Publisher: ${rows.find((r) => r.scenario === 'saturation')?.publisher_conns ?? '?'} connections, one message per transaction / request, no pacing.`);
+loadTable('Fan-out at half the saturation rate (1,000 subscribers)', 'halfsat',
+  'Each system at half the publish rate it reached in its own saturation run at 1,000 subscribers (see the rate column).');
 loadTable('Many streams', 'streams', 'Each subscriber listens to one stream; the publisher round-robins over all streams.');
 
 const slow = rows.filter((r) => r.scenario === 'slow')
