@@ -398,20 +398,7 @@ start_pg() {
             die "CREATE EXTENSION pgbus_stream failed: $err"
         err=$(psql_q -c "$(printf "$PGBUS_CREATE_SQL" "'bench'")" 2>&1) ||
             die "creating stream 'bench' failed: $err"
-        # Half the saturation rate, per system, at 1 000 subscribers (the latency
-# target is stated there): needs the saturation run at 1 000 just before.
-if has "$SCENARIOS" saturation && has "$FANOUT_NS" 1000; then
-    for s in "${SYS_LIST[@]}"; do
-        sat=$(jq -r '.rate_achieved // 0' "$RAW/${s}_saturation_n1000.publisher.json" 2>/dev/null || echo 0)
-        half=$(awk -v r="$sat" 'BEGIN{printf "%d", r / 2}')
-        if [ "${half:-0}" -ge 1 ]; then
-            run_load "$s" halfsat "${s}_halfsat_n1000_r${half}" 1000 1 "$half" "$FIXED_PUB_CONNS" "$DURATION"
-        else
-            log "${s}_halfsat: no saturation rate measured, skipped"
-        fi
-    done
-fi
-if has "$SCENARIOS" streams; then
+        if has "$SCENARIOS" streams; then
             log "creating $STREAMS pgbus streams"
             local i sql=""
             for ((i = 0; i < STREAMS; i++)); do
@@ -799,6 +786,19 @@ if has "$SCENARIOS" saturation; then
     for n in "${N_LIST[@]}"; do for s in "${SYS_LIST[@]}"; do
         run_load "$s" saturation "${s}_saturation_n${n}" "$n" 1 0 "$SAT_PUB_CONNS" "$DURATION"
     done; done
+fi
+# Half the saturation rate, per system, at 1 000 subscribers (the latency
+# target is stated there): needs the saturation run at 1 000 just before.
+if has "$SCENARIOS" saturation && has "$FANOUT_NS" 1000; then
+    for s in "${SYS_LIST[@]}"; do
+        sat=$(jq -r '.rate_achieved // 0' "$RAW/${s}_saturation_n1000.publisher.json" 2>/dev/null || echo 0)
+        half=$(awk -v r="$sat" 'BEGIN{printf "%d", r / 2}')
+        if [ "${half:-0}" -ge 1 ]; then
+            run_load "$s" halfsat "${s}_halfsat_n1000_r${half}" 1000 1 "$half" "$FIXED_PUB_CONNS" "$DURATION"
+        else
+            log "${s}_halfsat: no saturation rate measured, skipped"
+        fi
+    done
 fi
 if has "$SCENARIOS" streams; then
     for s in "${SYS_LIST[@]}"; do

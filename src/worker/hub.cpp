@@ -596,13 +596,18 @@ void Hub::cycle() {
   std::vector<int64_t> &ids = cycle_ids_;
   ids.clear();
   cycle_states_.clear();
+  cycle_entries_.clear();
   for (auto &[id, st] : streams_) {
     ids.push_back(id);
     cycle_states_.push_back(st.get());
+    cycle_entries_.push_back(st->entry);
   }
   catalog_reloaded_ = false;
   HorizonBounds &bounds = cycle_bounds_;
-  read_horizon_bounds(dboid_, ids, &bounds);
+  read_horizon_bounds(dboid_, ids, &cycle_entries_, &bounds);
+  for (size_t k = 0; k < cycle_states_.size(); ++k) // found now if shared memory had no room before
+    if (!cycle_states_[k]->entry)
+      cycle_states_[k]->entry = cycle_entries_[k];
   std::vector<RingEvent> events;
   bool complete = reader_.drain(&events);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());

@@ -155,7 +155,8 @@ private:
                       int64_t fanout);
   std::vector<int64_t> cycle_ids_;
   std::vector<StreamState *> cycle_states_; // same order as cycle_ids_
-  bool catalog_reloaded_ = false;           // since cycle_states_ was built
+  std::vector<shmem::StreamEntry *> cycle_entries_;
+  bool catalog_reloaded_ = false; // since cycle_states_ was built
   HorizonBounds cycle_bounds_;
   bool burst_ = false;
   uint64_t burst_no_ = 0;

@@ -82,17 +82,17 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
 }
 
 void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
-                         HorizonBounds *out) {
+                         std::vector<shmem::StreamEntry *> *entries, HorizonBounds *out) {
   shmem::Shared *s = shmem::shared();
   out->max_committed.clear();
   out->min_floor.clear();
   out->frozen = false;
-  static std::unordered_map<int64_t, shmem::StreamEntry *> entries_cache; // entries never move
-  for (int64_t id : stream_ids) {
-    shmem::StreamEntry *&e = entries_cache[id];
+  for (size_t k = 0; k < stream_ids.size(); ++k) {
+    shmem::StreamEntry *&e = (*entries)[k]; // the caller's; shared entries never move
     if (e == nullptr)
-      e = shmem::stream_entry(dboid, id, true);
-    out->max_committed.emplace_back(id, e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0);
+      e = shmem::stream_entry(dboid, stream_ids[k], true);
+    out->max_committed.emplace_back(stream_ids[k],
+                                    e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0);
   }
   pg_memory_barrier();
   // Only slots whose bit is set can hold entries (see Shared::active_slots).

@@ -7,6 +7,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace pgbs::shmem {
+struct StreamEntry;
+}
+
 namespace pgbs::worker {
 
 struct RingEvent {
@@ -63,10 +67,11 @@ struct HorizonBounds {
   bool frozen = false; // a producer holds every horizon
 };
 
-// Reads M for the given streams (creating their shared entries), then the
-// producer slots. Call before drain() (DESIGN §3.1 ordering).
+// Reads M for the given streams, then the producer slots. Call before drain()
+// (DESIGN §3.1 ordering). entries[k] is stream_ids[k]'s shared entry; a null
+// one is looked up (created) and stored back.
 void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
-                         HorizonBounds *out);
+                         std::vector<shmem::StreamEntry *> *entries, HorizonBounds *out);
 
 // Raises the stream's shared committed maximum (used at load with the table's max).
 void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id);
