@@ -178,7 +178,16 @@ void FrameRing::pop_front() {
     emptied();
 }
 
+// Eviction takes frames at or next to the front: the ones before i move
+// back by one (O(i)), or, for an index in the back half, the ones after it
+// move forward.
 void FrameRing::erase(size_t i) {
+  if (i < n_ / 2) {
+    for (size_t j = i; j > 0; --j)
+      (*this)[j] = std::move((*this)[j - 1]);
+    pop_front();
+    return;
+  }
   for (size_t j = i; j + 1 < n_; ++j)
     (*this)[j] = std::move((*this)[j + 1]);
   (*this)[n_ - 1] = OutFrame();

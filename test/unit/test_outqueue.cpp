@@ -397,3 +397,18 @@ TEST(OutQueue, FramesSurviveWrapGrowthAndEviction) {
   EXPECT_EQ(frames_of(drain(e)), (Names{"c", "3", "4", "5"}));
   EXPECT_EQ(e.last_written_id(), "5");
 }
+
+// Eviction behind a partly written frame (index 1) and from the back half of
+// the buffer keeps every other frame in order.
+TEST(OutQueue, EvictionBehindAPartlyWrittenFrame) {
+  OutQueue q(4, 1 << 20, OverflowPolicy::DropOldest);
+  for (int i = 1; i <= 4; ++i)
+    q.push(data_frame(i));
+  char buf[10];
+  ASSERT_EQ(q.read_into(buf, sizeof buf), 10u); // frame 1 half written: pinned
+  EXPECT_EQ(q.push(data_frame(5)), Result::DroppedOldest); // evicts 2 (index 1)
+  EXPECT_EQ(q.push(data_frame(6)), Result::DroppedOldest); // evicts 3
+  std::string rest = std::string(buf, 10) + drain(q);
+  EXPECT_EQ(frames_of(rest), (Names{"1", "4", "5", "6"}));
+  EXPECT_EQ(q.dropped(), 2u);
+}
