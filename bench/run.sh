@@ -457,13 +457,16 @@ start_relay() {
         { tail -20 "$TMP/relay.log" >&2; die "notify relay did not start"; }
 }
 
-# Every run starts from a fresh peer process (a relay that fell behind keeps
-# draining its backlog for minutes and would spoil the next run); pgbus_stream
+# Every run starts from a fresh peer process, and no other peer runs beside it
+# (a relay that fell behind keeps draining its backlog for minutes and would
+# spoil whatever runs next, its own run or another system's); pgbus_stream
 # (not restartable without restarting PostgreSQL) must at least be idle.
 fresh_system() {
+    stop_bg "$NGINX_PID"; NGINX_PID=""
+    stop_bg "$RELAY_PID"; RELAY_PID=""
     case $1 in
-        nchan) stop_bg "$NGINX_PID"; start_nchan ;;
-        relay) stop_bg "$RELAY_PID"; start_relay ;;
+        nchan) start_nchan ;;
+        relay) start_relay ;;
         pgbus) settle_pgbus ;;
     esac
 }
