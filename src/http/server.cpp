@@ -447,12 +447,17 @@ void Server::Impl::flush(Conn *c) {
     char *start = scratch.data() + kHead;
     size_t len = n;
     if (!c->http10) {
-      char head[kHead + 1];
-      const int hl = snprintf(head, sizeof(head), "%zx\r\n", n);
-      start -= hl;
-      memcpy(start, head, static_cast<size_t>(hl));
+      char digits[16]; // the chunk size in hex, lowest digit first
+      size_t nd = 0;
+      for (size_t v = n; v > 0 || nd == 0; v >>= 4)
+        digits[nd++] = "0123456789abcdef"[v & 15];
+      start -= nd + 2; // "<size>\r\n" right before the data (kHead has room)
+      for (size_t k = 0; k < nd; ++k)
+        start[k] = digits[nd - 1 - k];
+      start[nd] = '\r';
+      start[nd + 1] = '\n';
       memcpy(scratch.data() + kHead + n, "\r\n", 2);
-      len += static_cast<size_t>(hl) + 2;
+      len += nd + 2 + 2;
     }
     if (!send_some(start, len))
       return;

@@ -45,6 +45,10 @@ Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
 // drains the ring after it (the worker sets its own latch after subscribing),
 // so a commit that missed the bit is still picked up at once.
 void Hub::note_watched(StreamState &st, bool watched) {
+  if (watched)
+    watched_.push_back(&st);
+  else
+    watched_.erase(std::remove(watched_.begin(), watched_.end(), &st), watched_.end());
   if (!st.entry)
     return;
   if (watched)
@@ -589,19 +593,33 @@ void Hub::catch_up_all() {
   }
 }
 
-void Hub::cycle() {
+void Hub::cycle(bool full) {
   if (reader_.catalog_version() != catalog_version_)
     reload_catalog();
   // Reused between wake-ups: no allocation per stream on this path.
+  // Horizons matter where connections are; the other streams' positions
+  // only have to stay compact (their ids above the horizon are folded at the
+  // next full pass) and exact when someone subscribes (a full pass first).
+  // So a wake-up costs O(streams with connections), not O(streams).
+  const int64_t now_us = (int64_t)GetCurrentTimestamp();
+  full = full || catalog_reloaded_ || now_us - last_full_us_ >= 100 * 1000;
+  if (full)
+    last_full_us_ = now_us;
   std::vector<int64_t> &ids = cycle_ids_;
   ids.clear();
   cycle_states_.clear();
   cycle_entries_.clear();
-  for (auto &[id, st] : streams_) {
-    ids.push_back(id);
-    cycle_states_.push_back(st.get());
+  auto include = [&](StreamState *st) {
+    ids.push_back(st->info.id);
+    cycle_states_.push_back(st);
     cycle_entries_.push_back(st->entry);
-  }
+  };
+  if (full)
+    for (auto &[id, st] : streams_)
+      include(st.get());
+  else
+    for (StreamState *st : watched_)
+      include(st);
   catalog_reloaded_ = false;
   HorizonBounds &bounds = cycle_bounds_;
   read_horizon_bounds(dboid_, ids, &cycle_entries_, &bounds);

@@ -51,7 +51,9 @@ public:
   // Loads the stream catalog; call at start and when the catalog version moves.
   void reload_catalog();
   // One wake-up: horizon bounds, ring drain, dispatch, horizon advance.
-  void cycle();
+  // full: every stream's horizon (else only streams with connections here,
+  // the others at least every 100 ms); subscribing needs a full one first.
+  void cycle(bool full = false);
   // Decides a pending SSE request (404/400, or open + replay).
   void subscribe(const http::Request &req);
   // Forgets a closed connection.
@@ -157,6 +159,8 @@ private:
   std::vector<StreamState *> cycle_states_; // same order as cycle_ids_
   std::vector<shmem::StreamEntry *> cycle_entries_;
   bool catalog_reloaded_ = false; // since cycle_states_ was built
+  std::vector<StreamState *> watched_; // streams with a connection on this worker
+  int64_t last_full_us_ = 0;           // last cycle over every stream
   HorizonBounds cycle_bounds_;
   bool burst_ = false;
   uint64_t burst_no_ = 0;

@@ -298,7 +298,7 @@ int run() {
         // Producers wake this worker for a newly watched stream from now on;
         // one more round drains what they committed before they could know.
         pg::call([] { SetLatch(MyLatch); });
-        hub.cycle(); // bring every stream up to date before replays start
+        hub.cycle(true); // bring every stream up to date before replays start
         for (const http::Request &r : pending) {
           try {
             hub.subscribe(r);
