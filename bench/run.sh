@@ -542,6 +542,18 @@ write_meta() {
     } > "$RAW/$name.meta.json"
 }
 
+# wait_ready FILE PID: until the load client PID wrote its ready FILE (or died),
+# at most the ramp timeout plus 20 s
+wait_ready() {
+    local i
+    for ((i = 0; i < (RAMP_TIMEOUT + 20) * 10; i++)); do
+        [ -f "$1" ] && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
 # run_load SYSTEM SCENARIO NAME CONNS STREAMS RATE PUB_CONNS DURATION
 run_load() {
     local sys=$1 scen=$2 name=$3 conns=$4 streams=$5 rate=$6 pconns=$7 dur=$8
@@ -578,11 +590,7 @@ run_load() {
             --label "$name-stalled" "${ev_args[@]}" >"$RAW/$name.stalled.json" 2>"$LOGS/$name.stalled.log" 9>&- &
         spid=$!
         BG_PIDS+=("$spid")
-        for ((i = 0; i < (RAMP_TIMEOUT + 20) * 10; i++)); do
-            [ -f "$TMP/$name.stalled.ready" ] && break
-            kill -0 "$spid" 2>/dev/null || break
-            sleep 0.1
-        done
+        wait_ready "$TMP/$name.stalled.ready" "$spid" || true
         stalled_ok=$(sed -n 's/^ok=\([0-9]*\).*/\1/p' "$TMP/$name.stalled.ready" 2>/dev/null)
         stalled_ok=${stalled_ok:-0}
     fi
@@ -593,12 +601,7 @@ run_load() {
         --label "$name" "${ev_args[@]}" >"$RAW/$name.client.json" 2>"$LOGS/$name.client.log" 9>&- &
     local cpid=$!
     BG_PIDS+=("$cpid")
-    local i
-    for ((i = 0; i < (RAMP_TIMEOUT + 20) * 10; i++)); do
-        [ -f "$ready" ] && break
-        kill -0 "$cpid" 2>/dev/null || break
-        sleep 0.1
-    done
+    wait_ready "$ready" "$cpid" || true
     if [ ! -f "$ready" ]; then
         wait "$cpid" || true
         bg_forget "$cpid"
@@ -707,13 +710,9 @@ run_idle() {
     "$SSE_LOAD" --host 127.0.0.1 --port "$port" --path /streams/bench --conns "$k" --procs "$procs" \
         --src-addrs "$SRC_ADDRS" --warmup 0 --duration "$hold" --ramp-timeout "$RAMP_TIMEOUT" \
         --ready-file "$ready" --label "$name" "${ev_args[@]}" >"$RAW/$name.client.json" 2>"$LOGS/$name.client.log" 9>&- &
-    local cpid=$! i
+    local cpid=$!
     BG_PIDS+=("$cpid")
-    for ((i = 0; i < (RAMP_TIMEOUT + 20) * 10; i++)); do
-        [ -f "$ready" ] && break
-        kill -0 "$cpid" 2>/dev/null || break
-        sleep 0.1
-    done
+    wait_ready "$ready" "$cpid" || true
     sleep 1
     # shellcheck disable=SC2086
     after=$(mem $mem_pids)

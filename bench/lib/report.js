@@ -54,6 +54,12 @@ md.push(`Machine: ${run.host || '?'}, ${run.cores || '?'} cores; load client, pu
 md.push('');
 if (run.failures) md.push(`**${run.failures} scenario(s) failed** — see the status column.\n`);
 
+// The client's, publisher's, latency and loss parts of a load run's row.
+function parts(r) {
+  const c = r.client || {};
+  return { c, p: r.publisher || {}, lat: (c.latency_us && c.latency_us.count) ? c.latency_us : {}, loss: c.loss || {} };
+}
+
 function loadTable(title, scen, note) {
   const rs = rows.filter((r) => r.scenario === scen).sort(bySys);
   if (!rs.length) return;
@@ -63,10 +69,7 @@ function loadTable(title, scen, note) {
   md.push('| system | subscribers | published msg/s | deliveries/s | p50 ms | p99 ms | max ms | lost (gaps) | not delivered at end | dups | conns ok/failed | server CPU | server peak RSS / PSS MB | client CPU s | status |');
   md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of rs) {
-    const c = r.client || {};
-    const p = r.publisher || {};
-    const lat = (c.latency_us && c.latency_us.count) ? c.latency_us : {};
-    const loss = c.loss || {};
+    const { c, p, lat, loss } = parts(r);
     const ccpu = c.client ? (c.client.cpu_user_s + c.client.cpu_sys_s) : undefined;
     md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.conns)}${r.streams > 1 ? ` (${fmt(r.streams)} streams)` : ''} | ` +
       `${fmt(p.rate_achieved)} | ${fmt(c.deliveries_per_s)} | ${ms(lat.p50)} | ${ms(lat.p99)} | ${ms(lat.max)} | ` +
@@ -95,15 +98,12 @@ if (slow.length) {
     '"p99 vs none" is the live subscribers\' p99 over the same system\'s run without stalled clients; ' +
     '"server memory" is the RSS of the serving processes with every connection up and nothing published → its peak while publishing and draining; ' +
     '"growth per stalled client" is that rise less the rise of the run without stalled clients, per stalled client; ' +
-    '"established at end" counts stalled clients still connected when the run ended (not disconnected by the server).');
+    '"stalled connected at end" counts stalled clients still connected when the run ended (not disconnected by the server).');
   md.push('');
   md.push('| system | stalled (up) | live subscribers | payload B | published msg/s | live deliveries/s | live p50 ms | live p99 ms | live max ms | live lost | dups | p99 vs none | server memory MB | growth per stalled client kB | stalled connected at end | status |');
   md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of slow) {
-    const c = r.client || {};
-    const p = r.publisher || {};
-    const lat = (c.latency_us && c.latency_us.count) ? c.latency_us : {};
-    const loss = c.loss || {};
+    const { c, p, lat, loss } = parts(r);
     const base = slow.find((b) => b.system === r.system && !b.stalled);
     const bl = base && base.client && base.client.latency_us;
     const ratio = r.stalled && bl && bl.p99 && lat.p99 ? fmt(lat.p99 / bl.p99, 2) + '×' : '–';

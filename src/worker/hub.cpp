@@ -863,46 +863,30 @@ void Hub::subscribe(const http::Request &req) {
 
 bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
   // Above the tail's floor the tail holds every row this worker dispatched:
-  // no table read (rows committed but not yet drained come live).
-  std::vector<std::shared_ptr<const std::string>> bodies;
-  std::vector<Row> rows;
+  // no table read (rows committed but not yet drained come live). A row
+  // without a body (table, ephemeral) is encoded when it is sent.
+  std::vector<StreamState::TailRow> items;
   if (sub.page_after >= sub.st->tail_floor) {
     for (auto it = sub.st->tail.upper_bound(sub.page_after);
-         it != sub.st->tail.end() && (int64_t)rows.size() < page; ++it) {
-      rows.push_back(it->second.row);
-      bodies.push_back(it->second.body);
-    }
+         it != sub.st->tail.end() && (int64_t)items.size() < page; ++it)
+      items.push_back(it->second);
   } else {
-    rows = read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr,
-                     sub.page_after, page);
+    for (Row &r : read_rows(sub.st->info, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr,
+                            sub.page_after, page))
+      items.push_back({std::move(r), nullptr});
   }
-  const bool last_page = (int64_t)rows.size() < page;
+  const bool last_page = (int64_t)items.size() < page;
   // Merge the ephemeral broadcasts this worker still holds into the page.
-  const int64_t upto = last_page ? INT64_MAX : rows.back().msg_id;
-  const size_t table_rows = rows.size();
-  bodies.resize(rows.size()); // table rows: encoded below
+  const int64_t upto = last_page ? INT64_MAX : items.back().row.msg_id;
+  const size_t durable = items.size();
   for (const Row &e : sub.st->ephemeral)
-    if (e.msg_id > sub.page_after && e.msg_id <= upto) {
-      rows.push_back(e);
-      bodies.emplace_back();
-    }
-  if (rows.size() != table_rows) {
-    std::vector<size_t> order(rows.size());
-    for (size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return rows[a].msg_id < rows[b].msg_id; });
-    std::vector<Row> r2;
-    std::vector<std::shared_ptr<const std::string>> b2;
-    for (size_t i : order) {
-      r2.push_back(std::move(rows[i]));
-      b2.push_back(std::move(bodies[i]));
-    }
-    rows.swap(r2);
-    bodies.swap(b2);
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row &r = rows[i];
+    if (e.msg_id > sub.page_after && e.msg_id <= upto)
+      items.push_back({e, nullptr});
+  if (items.size() != durable)
+    std::sort(items.begin(), items.end(),
+              [](const auto &a, const auto &b) { return a.row.msg_id < b.row.msg_id; });
+  for (const StreamState::TailRow &item : items) {
+    const Row &r = item.row;
     if (!has_room(c.id)) {
       flush_stats(*sub.st, 0);
       return false; // the rest of the page is read again when the queue drains
@@ -912,7 +896,7 @@ bool Hub::replay_page(Conn &c, Sub &sub, int64_t page) {
     sub.pos.advance(std::min(r.msg_id - 1, sub.st->pos.horizon));
     sub.page_after = r.msg_id; // hold() moves it back below r if r is held
     if (!sub.pos.covers(r.msg_id) &&
-        !deliver_to(c, sub, r, bodies[i] ? bodies[i] : encode_body(r))) {
+        !deliver_to(c, sub, r, item.body ? item.body : encode_body(r))) {
       flush_stats(*sub.st, 0);
       return false; // held back: continue when the horizon moves
     }

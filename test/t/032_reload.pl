@@ -79,6 +79,24 @@ sub next_heartbeats
 	return @t;
 }
 
+# new_connection_status opens connections to stream r (each closed again)
+# until one gets status $want or 10 s pass; returns the last status.
+sub new_connection_status
+{
+	my ($want) = @_;
+	my $st = 0;
+	my $deadline = time + 10;
+	while (time < $deadline)
+	{
+		my $c = eval { $pg->sse('/streams/r', timeout => 5) };
+		$st = $c ? $c->status : 0;
+		$c->close if $c;
+		last if $st == $want;
+		sleep 0.2;
+	}
+	return $st;
+}
+
 sub gaps_of { my @t = @_; return map { $t[$_] - $t[ $_ - 1 ] } 1 .. $#t }
 
 sub fmt { return join(', ', map { sprintf('%.2f', $_) } @_) }
@@ -189,29 +207,12 @@ is_deeply(\@data, [ 1 .. $sent ], "A got all $sent broadcasts, in order, once ea
 my $b = $pg->open_stream('r');
 is($b->status, 200, 'client B connected');
 reload(max_connections => 2);
-my $st;
-my $deadline = time + 10;
-while (time < $deadline)
-{
-	my $c = eval { $pg->sse('/streams/r', timeout => 5) };
-	$st = $c ? $c->status : 0;
-	$c->close if $c;
-	last if $st == 503;
-	sleep 0.2;
-}
+my $st = new_connection_status(503);
 is($st, 503, 'max_connections lowered to 2: a third connection gets 503');
 ok(!$a->closed && !$b->closed, 'A and B stay connected');
 ok(send_paced($a, 1) && $b->wait_for_data_events(1, 5), 'and both receive');
 reload(max_connections => undef);
-$deadline = time + 10;
-while (time < $deadline)
-{
-	my $c = eval { $pg->sse('/streams/r', timeout => 5) };
-	$st = $c ? $c->status : 0;
-	$c->close if $c;
-	last if $st == 200;
-	sleep 0.2;
-}
+$st = new_connection_status(200);
 is($st, 200, 'max_connections reset: a third connection gets in again');
 
 # ---------------------------------------------------------------- idle_timeout
@@ -224,7 +225,7 @@ is($q->status, 200, 'client Q on a quiet stream');
 my $t_idle = reload(idle_timeout => 2);
 my $q_closed;
 my $b_got = 0;
-$deadline = time + 7;
+my $deadline = time + 7;
 while (time < $deadline)
 {
 	$sent++;
