@@ -28,16 +28,20 @@
 # repository, else /tmp/pgbus_stream_check. Logs stay there after the run.
 #
 # Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
-# PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS.
+# PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
+# PG_CONFIG.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=15
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
-PGXS_DIR=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs
-PG_CONFIG=$PGBIN/pg_config
+# PG_CONFIG (environment) selects another PostgreSQL 15 installation, e.g. an
+# assert-enabled build or a private copy; default: Debian's.
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
+PGBIN=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/$PG_MAJOR/bin)
+PGXS_DIR=$(dirname "$(dirname "$(dirname "$("$PG_CONFIG" --pgxs 2>/dev/null || echo /usr/lib/postgresql/$PG_MAJOR/lib/pgxs/src/makefiles/pgxs.mk)")")")
 PG_REGRESS=$PGXS_DIR/src/test/regress/pg_regress
 PG_PERL=$PGXS_DIR/src/test/perl
+export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
