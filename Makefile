@@ -2,7 +2,9 @@
 EXTENSION   = pgbus_stream
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 MODULE_big  = pgbus_stream
-DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql
+# The current install script, the frozen scripts of earlier versions and the
+# upgrade scripts between them.
+DATA        = $(wildcard sql/$(EXTENSION)--*.sql)
 
 SRCS = src/pgbus_stream.cpp \
        $(wildcard src/shmem/*.cpp src/capture/*.cpp src/worker/*.cpp src/sql/*.cpp src/pg/*.cpp) \

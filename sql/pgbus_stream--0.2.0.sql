@@ -1,0 +1,456 @@
+-- pgbus_stream: committed PGMQ inserts served as Server-Sent Events.
+\echo Use "CREATE EXTENSION pgbus_stream" to load this file. \quit
+
+-- Catalog of streams. A stream's id is also its epoch: a dropped and
+-- re-created stream gets a new id, which cursor tokens carry.
+CREATE TABLE @extschema@.streams (
+  id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  name          text NOT NULL UNIQUE,
+  queue_name    text NOT NULL,
+  queue_schema  text NOT NULL,
+  queue_table   text NOT NULL,
+  archive_table text,
+  kind          text NOT NULL CHECK (kind IN ('pgmq', 'builtin')),
+  public        boolean NOT NULL DEFAULT true,
+  retention     interval,
+  retention_max bigint CHECK (retention_max > 0),
+  retention_floor bigint NOT NULL DEFAULT 0,  -- highest msg_id retention removed
+  created_at    timestamptz NOT NULL DEFAULT now(),
+  UNIQUE (queue_schema, queue_table)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.streams', '');
+-- Stream ids are cursor epochs, so they must never repeat in this cluster,
+-- even when the extension is dropped and created again: start them at the
+-- number of seconds since 2026-01-01.
+SELECT setval(pg_get_serial_sequence('@extschema@.streams', 'id'),
+              greatest(1, extract(epoch FROM clock_timestamp())::bigint - 1767225600));
+
+-- Durable subscriber cursors, flushed by the workers in batches.
+CREATE TABLE @extschema@.subscribers (
+  id          text NOT NULL,
+  stream      text NOT NULL,
+  cursor      text NOT NULL,
+  updated_at  timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (id, stream)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.subscribers', '');
+
+-- Optional per-event history (pgbus_stream.stats_enabled), the pgbus gem's
+-- pgbus_stream_stats shape; written by the workers in batches, pruned by age
+-- (pgbus_stream.stats_max_age).
+CREATE TABLE @extschema@.stream_stats (
+  id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  stream_name text NOT NULL,
+  event_type  text NOT NULL CHECK (event_type IN ('broadcast', 'connect', 'disconnect')),
+  duration_ms float8,
+  fanout      integer,
+  created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ON @extschema@.stream_stats (created_at);
+
+REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
+
+CREATE FUNCTION @extschema@._capture() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;
+
+CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint, fresh boolean DEFAULT false) RETURNS void
+  AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint, boolean) FROM PUBLIC;
+
+-- _check_stream_name raises a clear error unless name can name a stream
+-- (it ends up in URLs and cursor tokens).
+CREATE FUNCTION @extschema@._check_stream_name(name text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF name IS NULL OR name = '' THEN
+    RAISE EXCEPTION 'pgbus_stream: stream name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF name !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid stream name "%"', name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use letters, digits, "_", "-" and "." (not first).';
+  END IF;
+  IF length(name) > 128 THEN
+    RAISE EXCEPTION 'pgbus_stream: stream name "%" is longer than 128 characters', name
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+END $$;
+
+-- _hook installs the capture triggers on a queue table and records the stream.
+CREATE FUNCTION @extschema@._hook(p_name text, p_queue text, p_schema text, p_table text,
+                                  p_archive text, p_kind text, p_public boolean,
+                                  p_retention interval)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams;
+  rel regclass := to_regclass(format('%I.%I', p_schema, p_table));
+BEGIN
+  IF rel IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: queue table %.% does not exist', p_schema, p_table
+      USING ERRCODE = 'undefined_table';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'msg_id' AND NOT attisdropped
+                 AND atttypid = 'bigint'::regtype)
+     OR NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'message' AND NOT attisdropped
+                    AND atttypid = 'jsonb'::regtype) THEN
+    RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ queue table (needs msg_id bigint and message jsonb)', rel
+      USING ERRCODE = 'wrong_object_type';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE name = p_name) THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" already exists', p_name USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = p_schema AND queue_table = p_table) THEN
+    RAISE EXCEPTION 'pgbus_stream: queue % is already attached', rel USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF p_archive IS NOT NULL AND to_regclass(format('%I.%I', p_schema, p_archive)) IS NULL THEN
+    p_archive := NULL;
+  END IF;
+  INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public, retention)
+  VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention)
+  RETURNING * INTO s;
+  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %s FOR EACH STATEMENT '
+                 'EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
+  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %s REFERENCING NEW TABLE AS pgbus_new '
+                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
+  PERFORM @extschema@._catalog_changed(s.id, true);
+  RETURN s;
+END $$;
+
+-- create_stream makes a queue for a stream (a PGMQ queue when PGMQ is
+-- installed, else a built-in table with PGMQ's layout) and hooks it.
+CREATE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT true,
+                                          retention interval DEFAULT NULL)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
+  queue text;
+  maxlen int;
+BEGIN
+  PERFORM @extschema@._check_stream_name(name);
+  maxlen := 47 - length(prefix);  -- PGMQ's limit on queue names
+  IF length(name) > maxlen THEN
+    RAISE EXCEPTION 'pgbus_stream: stream name "%" is too long (% characters, at most % with queue prefix "%")',
+      name, length(name), maxlen, prefix USING ERRCODE = 'name_too_long';
+  END IF;
+  IF name !~ '^[A-Za-z0-9_]+$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid stream name "%" for a new queue', name
+      USING ERRCODE = 'invalid_parameter_value', HINT = 'Use letters, digits and "_"; attach() takes any queue.';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams s WHERE s.name = create_stream.name) THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" already exists', name USING ERRCODE = 'duplicate_object';
+  END IF;
+  queue := prefix || name;
+  IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq') THEN
+    EXECUTE 'SELECT pgmq.create($1)' USING queue;
+    RETURN @extschema@._hook(name, queue, 'pgmq', 'q_' || queue, 'a_' || queue, 'pgmq', public, retention);
+  END IF;
+  IF to_regclass(format('@extschema@.%I', 'q_' || queue)) IS NOT NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: queue table @extschema@.% already exists', 'q_' || queue
+      USING ERRCODE = 'duplicate_table', HINT = 'Use attach() to hook an existing queue.';
+  END IF;
+  EXECUTE format('CREATE TABLE @extschema@.%I (
+      msg_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      read_ct integer NOT NULL DEFAULT 0,
+      enqueued_at timestamptz NOT NULL DEFAULT now(),
+      last_read_at timestamptz,
+      vt timestamptz NOT NULL DEFAULT clock_timestamp(),
+      message jsonb,
+      headers jsonb)', 'q_' || queue);
+  EXECUTE format('CREATE TABLE @extschema@.%I (
+      msg_id bigint PRIMARY KEY,
+      read_ct integer NOT NULL DEFAULT 0,
+      enqueued_at timestamptz NOT NULL DEFAULT now(),
+      last_read_at timestamptz,
+      archived_at timestamptz NOT NULL DEFAULT now(),
+      vt timestamptz NOT NULL,
+      message jsonb,
+      headers jsonb)', 'a_' || queue);
+  RETURN @extschema@._hook(name, queue, '@extschema@', 'q_' || queue, 'a_' || queue, 'builtin', public, retention);
+END $$;
+
+-- attach hooks an existing PGMQ queue (e.g. pgbus_chat made by the pgbus gem);
+-- the stream is named after the queue without pgbus_stream.queue_prefix.
+CREATE FUNCTION @extschema@.attach(queue_name text, stream_name text DEFAULT NULL,
+                                   public boolean DEFAULT true)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
+  sname text := stream_name;
+  qschema text;
+BEGIN
+  IF queue_name IS NULL OR queue_name = '' THEN
+    RAISE EXCEPTION 'pgbus_stream: queue name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF sname IS NULL THEN
+    sname := CASE WHEN prefix <> '' AND starts_with(queue_name, prefix) AND length(queue_name) > length(prefix)
+                  THEN substr(queue_name, length(prefix) + 1) ELSE queue_name END;
+  END IF;
+  PERFORM @extschema@._check_stream_name(sname);
+  IF to_regclass(format('pgmq.%I', 'q_' || queue_name)) IS NOT NULL THEN
+    qschema := 'pgmq';
+  ELSIF to_regclass(format('@extschema@.%I', 'q_' || queue_name)) IS NOT NULL THEN
+    qschema := '@extschema@';
+  ELSE
+    RAISE EXCEPTION 'pgbus_stream: queue "%" not found (no table pgmq.q_% or @extschema@.q_%)',
+      queue_name, queue_name, queue_name USING ERRCODE = 'undefined_table';
+  END IF;
+  RETURN @extschema@._hook(sname, queue_name, qschema, 'q_' || queue_name, 'a_' || queue_name,
+                           CASE WHEN qschema = 'pgmq' THEN 'pgmq' ELSE 'builtin' END, public, NULL);
+END $$;
+
+CREATE FUNCTION @extschema@._stream(p_name text) RETURNS @extschema@.streams
+LANGUAGE plpgsql STABLE AS $$
+DECLARE s @extschema@.streams;
+BEGIN
+  SELECT * INTO s FROM @extschema@.streams WHERE name = p_name;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', p_name USING ERRCODE = 'undefined_object';
+  END IF;
+  RETURN s;
+END $$;
+
+-- detach removes the capture hook and forgets the stream; the queue stays.
+CREATE FUNCTION @extschema@.detach(name text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+        rel regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
+BEGIN
+  IF rel IS NOT NULL THEN
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %s', rel);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
+  END IF;
+  DELETE FROM @extschema@.streams WHERE id = s.id;
+  DELETE FROM @extschema@.subscribers WHERE stream = s.name;
+  PERFORM @extschema@._catalog_changed(NULL);
+END $$;
+
+-- drop_stream detaches a stream and drops its queue and archive.
+CREATE FUNCTION @extschema@.drop_stream(name text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+BEGIN
+  PERFORM @extschema@.detach(name);
+  IF s.kind = 'pgmq' AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq') THEN
+    EXECUTE 'SELECT pgmq.drop_queue($1)' USING s.queue_name;
+  ELSE
+    EXECUTE format('DROP TABLE IF EXISTS %I.%I', s.queue_schema, s.queue_table);
+    IF s.archive_table IS NOT NULL THEN
+      EXECUTE format('DROP TABLE IF EXISTS %I.%I', s.queue_schema, s.archive_table);
+    END IF;
+  END IF;
+END $$;
+
+CREATE FUNCTION @extschema@._publish_ephemeral(stream_id bigint, seq regclass, data text, event text,
+                                               visible_to text) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_publish_ephemeral' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._publish_ephemeral(bigint, regclass, text, text, text) FROM PUBLIC;
+
+-- broadcast writes the pgbus envelope into the stream's queue inside the
+-- caller's transaction and returns its msg_id; subscribers get it at commit.
+-- durable => false writes no row: the event takes an id from the queue's
+-- sequence, travels through shared memory at commit, and stays replayable
+-- only from the workers' memory (pgbus_stream.memory_retention).
+CREATE FUNCTION @extschema@.broadcast(stream text, data text, event text DEFAULT NULL,
+                                      visible_to text DEFAULT NULL, durable boolean DEFAULT true)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  s @extschema@.streams := @extschema@._stream(stream);
+  id bigint;
+BEGIN
+  IF data IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  IF event IS NOT NULL AND event !~ '^[!-~]{1,64}$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid event name %', quote_literal(event)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
+  END IF;
+  IF durable IS NOT TRUE THEN
+    RETURN @extschema@._publish_ephemeral(s.id,
+             pg_get_serial_sequence(format('%I.%I', s.queue_schema, s.queue_table), 'msg_id')::regclass,
+             data, event, visible_to);
+  END IF;
+  EXECUTE format('INSERT INTO %I.%I (vt, message) VALUES (clock_timestamp(), $1) RETURNING msg_id',
+                 s.queue_schema, s.queue_table)
+    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to))
+    INTO id;
+  RETURN id;
+END $$;
+
+-- _read builds the worker's query for a stream's rows: queue and archive,
+-- envelope fields extracted (any other JSON is sent as its text).
+CREATE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT format($q$SELECT msg_id,
+      CASE WHEN jsonb_typeof(message) = 'object' AND message ? 'html' THEN message->>'html'
+           ELSE message::text END,
+      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
+      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
+      (extract(epoch FROM enqueued_at) * 1000000)::bigint
+    FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
+    s.queue_schema, s.queue_table,
+    CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL
+         THEN format('UNION ALL SELECT msg_id, message, enqueued_at FROM %I.%I', s.queue_schema, s.archive_table)
+         ELSE '' END)
+$$;
+
+CREATE FUNCTION @extschema@._stream_stats(
+  OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
+  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_dropped bigint, OUT horizon bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
+
+-- _oldest_id is the lowest msg_id a stream still holds (queue or archive).
+CREATE FUNCTION @extschema@._oldest_id(s @extschema@.streams) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE v bigint;
+BEGIN
+  IF to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NULL THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE format('SELECT min(msg_id) FROM %I.%I', s.queue_schema, s.queue_table) INTO v;
+  IF s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL THEN
+    EXECUTE format('SELECT least($1, (SELECT min(msg_id) FROM %I.%I))', s.queue_schema, s.archive_table)
+      INTO v USING v;
+  END IF;
+  RETURN v;
+END $$;
+
+-- workers() shows each running worker process and its counters.
+CREATE FUNCTION @extschema@.workers(
+  OUT worker int, OUT pid int, OUT connections bigint, OUT delivered bigint, OUT overflow_dropped bigint,
+  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
+
+-- connections() shows each live SSE connection (refreshed by its worker
+-- about twice a second).
+CREATE FUNCTION @extschema@.connections(
+  OUT id text, OUT worker int, OUT streams text, OUT remote_addr text, OUT connected_at timestamptz,
+  OUT cursor text, OUT queued_events bigint, OUT queued_bytes bigint, OUT delivered bigint,
+  OUT dropped bigint, OUT state text, OUT subscriber text)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C;
+
+-- stats() shows live per-stream figures from shared memory (summed over the
+-- workers); latency is commit -> queued on the connection over the last
+-- minute; dropped counts messages removed by retention; total_queued sums
+-- what waits in the connections' queues.
+CREATE FUNCTION @extschema@.stats(
+  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
+  OUT dropped bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
+  OUT bytes_sent bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
+  OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
+         coalesce(x.retention_dropped, 0), coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0),
+         coalesce((SELECT sum(c.queued_events) FROM @extschema@.connections() c
+                    WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
+         coalesce(x.bytes_sent, 0), @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
+         coalesce(x.horizon, 0), s.retention_floor,
+         x.latency_p50_ms, x.latency_p99_ms
+    FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
+   ORDER BY s.name
+$$;
+
+
+-- set_retention sets how long (max_age) and how many (max_messages) messages
+-- a stream keeps; NULL turns a limit off. The workers remove older rows in
+-- small batches (built-in queues: deleted; PGMQ queues: moved to the archive
+-- table, which PGMQ users manage).
+CREATE FUNCTION @extschema@.set_retention(name text, max_age interval, max_messages bigint DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+BEGIN
+  IF max_age IS NOT NULL AND max_age <= interval '0' THEN
+    RAISE EXCEPTION 'pgbus_stream: max_age must be positive' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_messages IS NOT NULL AND max_messages <= 0 THEN
+    RAISE EXCEPTION 'pgbus_stream: max_messages must be positive' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  UPDATE @extschema@.streams SET retention = max_age, retention_max = max_messages WHERE id = s.id;
+  PERFORM @extschema@._catalog_changed(s.id);
+END $$;
+
+-- _apply_retention removes at most batch rows of one stream that are older
+-- than its retention or beyond its message limit; returns how many and the
+-- highest id removed (which becomes the stream's retention floor).
+CREATE FUNCTION @extschema@._apply_retention(stream_id bigint, batch int, OUT removed bigint, OUT floor bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams;
+  cutoff bigint := 0;
+  q text;
+BEGIN
+  removed := 0;
+  SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id;
+  IF NOT FOUND OR (s.retention IS NULL AND s.retention_max IS NULL) THEN
+    floor := coalesce(s.retention_floor, 0);
+    RETURN;
+  END IF;
+  q := format('%I.%I', s.queue_schema, s.queue_table);
+  IF s.retention_max IS NOT NULL THEN
+    EXECUTE format('SELECT coalesce((SELECT msg_id FROM %s ORDER BY msg_id DESC OFFSET $1 LIMIT 1), 0)', q)
+      INTO cutoff USING s.retention_max;
+  END IF;
+  IF s.kind = 'pgmq' AND s.archive_table IS NOT NULL THEN
+    EXECUTE format($f$WITH victims AS (
+        SELECT msg_id FROM %1$s
+         WHERE msg_id <= $1 OR ($2::interval IS NOT NULL AND enqueued_at < now() - $2::interval)
+         ORDER BY msg_id LIMIT $3),
+      moved AS (DELETE FROM %1$s t USING victims v WHERE t.msg_id = v.msg_id
+                RETURNING t.msg_id, t.read_ct, t.enqueued_at, t.vt, t.message),
+      ins AS (INSERT INTO %2$I.%3$I (msg_id, read_ct, enqueued_at, vt, message)
+              SELECT msg_id, read_ct, enqueued_at, vt, message FROM moved RETURNING msg_id)
+      SELECT count(*), 0 FROM ins$f$, q, s.queue_schema, s.archive_table)
+      INTO removed, floor USING cutoff, s.retention, batch;
+    floor := s.retention_floor;  -- archived rows stay replayable
+    RETURN;
+  END IF;
+  EXECUTE format($f$WITH victims AS (
+      SELECT msg_id FROM %1$s
+       WHERE msg_id <= $1 OR ($2::interval IS NOT NULL AND enqueued_at < now() - $2::interval)
+       ORDER BY msg_id LIMIT $3),
+    gone AS (DELETE FROM %1$s t USING victims v WHERE t.msg_id = v.msg_id RETURNING t.msg_id)
+    SELECT count(*), coalesce(max(msg_id), 0) FROM gone$f$, q)
+    INTO removed, floor USING cutoff, s.retention, batch;
+  floor := greatest(floor, s.retention_floor);
+  IF floor > s.retention_floor THEN
+    UPDATE @extschema@.streams SET retention_floor = floor WHERE id = s.id;
+  END IF;
+END $$;
+
+-- diagnostics() lists recent connection lifecycle events (subscribed,
+-- rejected, closed with its reason, evicted, overflow, failed), oldest first;
+-- evicted_before counts older entries the bounded ring no longer holds
+-- (pgbus_stream.diagnostics_size).
+CREATE FUNCTION @extschema@.diagnostics(
+  OUT at timestamptz, OUT worker int, OUT connection text, OUT event text, OUT stream text,
+  OUT detail text, OUT evicted_before bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_diagnostics' LANGUAGE C;
+
+-- alerts() compares live figures with the pgbus_stream.alert_* thresholds:
+-- failed_total, overflow_dropped_total and total_queued per stream, and
+-- queue_pressure (the fuller of queued events over queue_max_events and
+-- queued bytes over queue_max_bytes) per connection.
+CREATE FUNCTION @extschema@.alerts(
+  OUT code text, OUT severity text, OUT stream text, OUT connection text, OUT subscriber text,
+  OUT value float8, OUT threshold float8)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  WITH t AS (
+    SELECT current_setting('pgbus_stream.alert_failed_total')::float8 AS failed,
+           current_setting('pgbus_stream.alert_overflow_dropped_total')::float8 AS overflow,
+           current_setting('pgbus_stream.alert_total_queued')::float8 AS queued,
+           current_setting('pgbus_stream.alert_queue_pressure_ratio')::float8 AS pressure,
+           current_setting('pgbus_stream.queue_max_events')::float8 AS max_events,
+           pg_size_bytes(current_setting('pgbus_stream.queue_max_bytes'))::float8 AS max_bytes)
+  SELECT 'failed_total', 'critical', s.stream, NULL::text, NULL::text, s.failed::float8, t.failed
+    FROM @extschema@.stats() s, t WHERE t.failed > 0 AND s.failed >= t.failed
+  UNION ALL
+  SELECT 'overflow_dropped_total', 'warning', s.stream, NULL, NULL, s.overflow_dropped::float8, t.overflow
+    FROM @extschema@.stats() s, t WHERE t.overflow > 0 AND s.overflow_dropped >= t.overflow
+  UNION ALL
+  SELECT 'total_queued', 'warning', s.stream, NULL, NULL, s.total_queued::float8, t.queued
+    FROM @extschema@.stats() s, t WHERE t.queued > 0 AND s.total_queued >= t.queued
+  UNION ALL
+  SELECT 'queue_pressure_ratio', 'warning', c.streams, c.id, c.subscriber,
+         greatest(c.queued_events / t.max_events, c.queued_bytes / t.max_bytes), t.pressure
+    FROM @extschema@.connections() c, t
+   WHERE t.pressure > 0 AND greatest(c.queued_events / t.max_events, c.queued_bytes / t.max_bytes) >= t.pressure
+$$;
