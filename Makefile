@@ -8,7 +8,7 @@ DATA        = $(wildcard sql/$(EXTENSION)--*.sql)
 
 SRCS = src/pgbus_stream.cpp \
        $(wildcard src/shmem/*.cpp src/capture/*.cpp src/worker/*.cpp src/sql/*.cpp src/pg/*.cpp) \
-       $(wildcard src/core/*.cpp src/http/*.cpp)
+       $(wildcard src/core/*.cpp src/http/*.cpp src/engine/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
 
 REGRESS      = $(patsubst sql/%.sql,%,$(filter-out sql/$(EXTENSION)--%,$(wildcard sql/*.sql)))

@@ -33,7 +33,7 @@ int inline_payload_max = 8192;
 int max_pending_events = 100000;
 int queue_max_events = 1000;
 int queue_max_bytes = 1048576;
-int overflow_policy = 0;
+int overflow_policy = 3; // lag
 char *cors_origins = nullptr;
 char *queue_prefix = nullptr;
 int replay_page_size = 500;
@@ -79,9 +79,11 @@ static bool check_event_name(char **newval, void **, GucSource) {
   return true;
 }
 
+// Values are pgbs::OverflowPolicy's.
 static const struct config_enum_entry overflow_options[] = {{"drop_oldest", 0, false},
                                                             {"drop_newest", 1, false},
                                                             {"disconnect", 2, false},
+                                                            {"lag", 3, false},
                                                             {nullptr, 0, false}};
 
 static const struct config_enum_entry shutdown_options[] = {
@@ -157,8 +159,10 @@ static void define_gucs() {
                           &queue_max_bytes, 1048576, 1024, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE,
                           nullptr, nullptr, nullptr);
   DefineCustomEnumVariable(
-      "pgbus_stream.overflow_policy", "What happens when a connection's queue is full.", nullptr,
-      &overflow_policy, 0, overflow_options, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+      "pgbus_stream.overflow_policy", "What happens when a connection's queue is full.",
+      "lag: the connection waits and is refilled from memory or the tables (nothing is lost); "
+      "drop_oldest, drop_newest, disconnect: live-only connections.",
+      &overflow_policy, 3, overflow_options, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomStringVariable("pgbus_stream.cors_origins",
                              "Origins allowed to read streams from a browser ('*' for any).",
                              nullptr, &cors_origins, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);

@@ -10,6 +10,7 @@
 // callback only copies into the ring, bumps atomics and sets latches.
 #include "capture/capture.hpp"
 #include "pgbus_stream.hpp"
+#include "shmem/ring_record.hpp"
 #include "shmem/shared.hpp"
 
 extern "C" {
@@ -36,8 +37,6 @@ PG_FUNCTION_INFO_V1(pgbus_stream_publish_ephemeral);
 
 namespace pgbs::capture {
 
-using shmem::RecordHeader;
-using shmem::RecordKind;
 using shmem::StreamEntry;
 
 namespace {
@@ -47,11 +46,13 @@ struct TxStream {
   int64 stream_id;
   StreamEntry *entry;
   int64 max_id; // highest msg_id collected (0 = none)
+  int64 floor;  // published floor: every id this transaction inserts must be above it
   int64 count;
 };
 
 struct PendingRow {
   int64 stream_id;
+  StreamEntry *entry;
   int64 msg_id;
   int nest_level;
   char *payload;  // data, event, visible_to back to back (TopTransactionContext), or NULL
@@ -60,7 +61,7 @@ struct PendingRow {
 };
 
 Size record_size(const PendingRow *r) {
-  return TYPEALIGN(8, sizeof(RecordHeader) + r->data_len + r->event_len + r->visible_len);
+  return ring::record_size(r->data_len, r->event_len, r->visible_len);
 }
 
 constexpr int kMaxTxStreams = 256;
@@ -124,8 +125,8 @@ TxStream *register_stream(int64 stream_id) {
   if (!tx.registered) // full barrier: the bit is visible before any entry
     pg_atomic_fetch_or_u64(&shmem::shared()->active_slots[MyProc->pgprocno / 64],
                            UINT64CONST(1) << (MyProc->pgprocno % 64));
+  const int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
   if (tx.nstreams < shmem::kSlotStreams) {
-    int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
     int n = tx.nstreams;
     slot->entries[n].stream_id = stream_id;
     slot->entries[n].floor = floor;
@@ -141,6 +142,7 @@ TxStream *register_stream(int64 stream_id) {
   ts->stream_id = stream_id;
   ts->entry = e;
   ts->max_id = 0;
+  ts->floor = floor;
   ts->count = 0;
   tx.registered = true;
   return ts;
@@ -152,6 +154,21 @@ TxStream *register_stream(int64 stream_id) {
 // bytes in publish_ephemeral().
 void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0,
              uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false) {
+  // The horizon may already have passed an id at or below the floor: a
+  // subscriber would never get this row. Refused here, never skipped.
+  if (msg_id <= ts->floor)
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("pgbus_stream: msg_id " INT64_FORMAT
+                    " is not above " INT64_FORMAT ", the highest id already committed to this stream",
+                    msg_id, ts->floor),
+             errdetail("Subscribers may already have been told that every id up to " INT64_FORMAT
+                       " was delivered.",
+                       ts->floor),
+             errhint("Ids must be drawn from the queue's sequence in commit order: a sequence "
+                     "with CACHE 1, no explicit ids, no setval backwards. To go on, move the "
+                     "sequence above " INT64_FORMAT " with setval.",
+                     ts->floor)));
   if (msg_id > ts->max_id)
     ts->max_id = msg_id;
   ts->count++;
@@ -179,6 +196,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   }
   PendingRow *r = &tx.rows[tx.nrows++];
   r->stream_id = ts->stream_id;
+  r->entry = ts->entry;
   r->msg_id = msg_id;
   r->nest_level = GetCurrentTransactionNestLevel();
   r->payload = payload;
@@ -238,14 +256,6 @@ void wake_workers(bool all) {
   }
 }
 
-void ring_copy(shmem::Shared *s, uint64 pos, const void *src, Size len) {
-  uint64 off = pos % s->ring_capacity;
-  Size first = Min(len, (Size)(s->ring_capacity - off));
-  memcpy(s->ring + off, src, first);
-  if (first < len)
-    memcpy(s->ring, (const char *)src + first, len - first);
-}
-
 // Runs at XACT_EVENT_COMMIT: nothing here may fail.
 void publish_commit() {
   shmem::Shared *s = shmem::shared();
@@ -257,31 +267,30 @@ void publish_commit() {
     pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
     pg_atomic_fetch_add_u64(&s->ring_overflows, 1);
   }
-  if (tx.nrows > 0 && fits) {
-    RecordHeader h;
+  if (tx.nrows > 0) {
+    ring::Header h;
     memset(&h, 0, sizeof(h));
     h.dboid = MyDatabaseId;
     h.commit_us = (int64)GetCurrentTimestamp();
-    static const char zeros[8] = {0};
     LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
     uint64 head = pg_atomic_read_u64(&s->ring_head);
     for (int64 i = 0; i < tx.nrows; i++) {
       const PendingRow *r = &tx.rows[i];
+      // Ephemeral broadcasts are numbered in ring order, also when they do
+      // not fit: the gap in the numbers tells the workers they were lost.
+      h.ephemeral_seq = r->ephemeral ? pg_atomic_add_fetch_u64(&r->entry->ephemeral_seq, 1) : 0;
+      if (!fits)
+        continue;
       h.len = (uint32)record_size(r);
-      h.kind = r->ephemeral ? RecordKind::Inline
-               : r->payload ? RecordKind::RowInline
-                            : RecordKind::Row;
+      h.kind = r->ephemeral ? ring::Kind::Inline
+               : r->payload ? ring::Kind::RowInline
+                            : ring::Kind::Row;
       h.stream_id = r->stream_id;
       h.msg_id = r->msg_id;
       h.data_len = r->data_len;
       h.event_len = r->event_len;
       h.visible_len = r->visible_len;
-      ring_copy(s, head, &h, sizeof(h));
-      Size plen = r->data_len + r->event_len + r->visible_len;
-      if (plen > 0)
-        ring_copy(s, head + sizeof(h), r->payload, plen);
-      if (h.len > sizeof(h) + plen)
-        ring_copy(s, head + sizeof(h) + plen, zeros, h.len - sizeof(h) - plen);
+      ring::write_record(s->ring, s->ring_capacity, head, h, r->payload);
       head += h.len;
     }
     pg_atomic_write_u64(&s->ring_head, head);
@@ -397,7 +406,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
     lens[0] = (int)strlen(text);
   }
   Size total = (Size)lens[0] + lens[1] + lens[2];
-  if (tx.inline_bytes + total + sizeof(RecordHeader) > shmem::shared()->ring_capacity / 4)
+  if (tx.inline_bytes + total + sizeof(ring::Header) > shmem::shared()->ring_capacity / 4)
     return nullptr;
   char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);
   Size off = 0;
@@ -406,7 +415,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
       memcpy(payload + off, parts[i], lens[i]);
     off += lens[i];
   }
-  tx.inline_bytes += total + sizeof(RecordHeader);
+  tx.inline_bytes += total + sizeof(ring::Header);
   *data_len = (uint32)lens[0];
   *event_len = (uint32)lens[1];
   *visible_len = (uint32)lens[2];
@@ -520,7 +529,7 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
     total += lens[i];
   }
   Size limit = pgbs::shmem::shared()->ring_capacity / 4;
-  if (tx.inline_bytes + total + sizeof(RecordHeader) > limit)
+  if (tx.inline_bytes + total + sizeof(pgbs::ring::Header) > limit)
     ereport(
         ERROR,
         (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -535,7 +544,7 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
       memcpy(payload + off, VARDATA_ANY(parts[i]), lens[i]);
       off += lens[i];
     }
-  tx.inline_bytes += total + sizeof(RecordHeader);
+  tx.inline_bytes += total + sizeof(pgbs::ring::Header);
   collect(ts, id, payload, lens[0], lens[1], lens[2], true);
   PG_RETURN_INT64(id);
 }

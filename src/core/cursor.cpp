@@ -283,16 +283,36 @@ bool parse(std::string_view text, Cursor *out, std::string *err) {
     set_err(err, "cursor: empty");
     return false;
   }
-  if (text.size() > kMaxTokenBytes) {
+  if (text.size() > kMaxCursorBytes) {
     set_err(err, "cursor: too long");
     return false;
   }
   Cursor c;
   if (text.find(':') == std::string_view::npos) {
-    StreamPosition pos;
-    if (!parse_stream(text, &pos, err))
-      return false;
-    c.streams.emplace_back(std::string(), std::move(pos));
+    // One position, or several that each name their stream by epoch.
+    size_t start = 0;
+    while (true) {
+      size_t end = text.find(',', start);
+      if (end == std::string_view::npos)
+        end = text.size();
+      StreamPosition pos;
+      if (!parse_stream(text.substr(start, end - start), &pos, err))
+        return false;
+      const bool list = end != text.size() || start > 0;
+      if (list && pos.epoch == 0) {
+        set_err(err, "cursor: missing stream name");
+        return false;
+      }
+      for (const auto &entry : c.streams)
+        if (entry.second.epoch == pos.epoch) {
+          set_err(err, "cursor: duplicate stream");
+          return false;
+        }
+      c.streams.emplace_back(std::string(), std::move(pos));
+      if (end == text.size())
+        break;
+      start = end + 1;
+    }
     *out = std::move(c);
     return true;
   }
@@ -339,8 +359,10 @@ std::string encode(const Cursor &c) {
   for (const auto &entry : c.streams) {
     if (!out.empty())
       out.push_back(',');
-    out.append(entry.first);
-    out.push_back(':');
+    if (!entry.first.empty()) { // unnamed entries name their stream by epoch
+      out.append(entry.first);
+      out.push_back(':');
+    }
     entry.second.encode(out);
   }
   return out;

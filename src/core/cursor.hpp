@@ -10,6 +10,8 @@
 //   examples: "42", "7~42", "7~42_44", "7~42_44-1000.1002"
 // Several streams:            <name>:<one stream>(,<name>:<one stream>)*
 //   example: "chat:7~42,news:9~7_9"
+// or, as the server writes them (names can be long, epochs are short and
+// unique): <epoch>~<one stream>(,<epoch>~<one stream>)*, e.g. "7~42,9~7_9".
 // A plain integer "N" (what pgbus clients send) means H = N, nothing above,
 // epoch unknown (0). Only letters, digits and "-._~:," ever appear.
 #pragma once
@@ -23,7 +25,8 @@
 
 namespace pgbs::cursor {
 
-constexpr size_t kMaxTokenBytes = 255; // tokens stay under 256 bytes
+constexpr size_t kMaxTokenBytes = 255;  // one stream's position stays under 256 bytes
+constexpr size_t kMaxCursorBytes = 8192; // a whole cursor (several streams)
 
 // What a client has seen of one stream.
 class StreamPosition {
@@ -69,7 +72,8 @@ struct Cursor {
   const StreamPosition *find(std::string_view name) const; // exact name, or the unnamed entry
 };
 
-// Parses a whole cursor (single unnamed stream, or name:pos,name:pos). Stream
+// Parses a whole cursor (single unnamed stream, name:pos,name:pos, or
+// epoch~pos,epoch~pos: unnamed entries with distinct epochs). Stream
 // names in a token are 1..kMaxStreamName chars of [A-Za-z0-9_.-] (and no
 // duplicates). Empty / blank text is not a cursor: callers treat it as absent.
 bool parse(std::string_view text, Cursor *out, std::string *err);

@@ -18,9 +18,30 @@ bool parse_overflow_policy(const std::string &s, OverflowPolicy *out) {
     *out = OverflowPolicy::DropNewest;
   else if (s == "disconnect")
     *out = OverflowPolicy::Disconnect;
+  else if (s == "lag")
+    *out = OverflowPolicy::Lag;
   else
     return false;
   return true;
+}
+
+const char *overflow_policy_name(OverflowPolicy p) {
+  switch (p) {
+  case OverflowPolicy::DropOldest:
+    return "drop_oldest";
+  case OverflowPolicy::DropNewest:
+    return "drop_newest";
+  case OverflowPolicy::Disconnect:
+    return "disconnect";
+  case OverflowPolicy::Lag:
+    break;
+  }
+  return "lag";
+}
+
+void OutQueue::set_start_id(const std::string &id) {
+  if (written_ == 0 && !id.empty())
+    last_written_.head = "id: " + id + "\n";
 }
 
 OutQueue::OutQueue(size_t max_events, size_t max_bytes, OverflowPolicy policy)
@@ -46,10 +67,12 @@ OutQueue::PushResult OutQueue::push(OutFrame f) {
     return PushResult::Queued;
   }
   const size_t size = f.size();
-  if (!within(events_, bytes_, size, max_events_, max_bytes_)) {
+  const bool alone = events_ == 0 && max_events_ > 0; // takes one frame of any size
+  if (!alone && !within(events_, bytes_, size, max_events_, max_bytes_)) {
     switch (policy_) {
     case OverflowPolicy::Disconnect:
       return PushResult::MustDisconnect;
+    case OverflowPolicy::Lag:
     case OverflowPolicy::DropNewest:
       ++dropped_;
       return PushResult::DroppedNewest;

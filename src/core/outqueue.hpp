@@ -10,10 +10,14 @@
 
 namespace pgbs {
 
-enum class OverflowPolicy { DropOldest, DropNewest, Disconnect };
+// Lag: the engine never queues a data frame that does not fit (it pages it
+// later); should one arrive anyway it is refused like DropNewest. The drop
+// policies are the live-only modes.
+enum class OverflowPolicy { DropOldest, DropNewest, Disconnect, Lag };
 
-// Parses "drop_oldest" | "drop_newest" | "disconnect".
+// Parses "drop_oldest" | "drop_newest" | "disconnect" | "lag".
 bool parse_overflow_policy(const std::string &s, OverflowPolicy *out);
+const char *overflow_policy_name(OverflowPolicy p);
 
 // One queued SSE event: a small per-connection head (usually "id: ...\n")
 // followed by a body shared by every connection that receives the event
@@ -56,9 +60,10 @@ public:
   // Appends a frame, applying the policy when the bound would be exceeded.
   // DropOldest evicts queued (not partially written) data frames until the new
   // one fits (when even that cannot make room, it discards the new one and
-  // returns DroppedNewest); DropNewest discards the new one; Disconnect leaves
-  // the queue untouched and tells the caller to close the connection. A frame
-  // larger than max_bytes on its own is treated as overflow. Control frames are
+  // returns DroppedNewest); DropNewest (and Lag) discards the new one;
+  // Disconnect leaves the queue untouched and tells the caller to close the
+  // connection. A queue without data frames takes one frame of any size, so
+  // no message is too large to be delivered. Control frames are
   // always queued and not counted against the bound. dropped() counts frames
   // discarded by either drop policy.
   PushResult push(OutFrame f);
@@ -74,6 +79,9 @@ public:
   uint64_t dropped() const { return dropped_; }
   uint64_t frames_written() const { return written_; } // frames fully copied out
   void set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy);
+  // What last_written_id() says before any data frame was written: the
+  // cursor the connection started from.
+  void set_start_id(const std::string &id);
 
   // The SSE id of the last data frame fully copied out, and of the newest
   // data frame still queued ("" when there is none, or it has no id line):

@@ -446,6 +446,14 @@ void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
     if (stream_done && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && c->fd >= 0)
       ::shutdown(c->fd, SHUT_RDWR);
   }
+  if (c->held) { // the engine still holds the handle: freed by release()
+    c->finished = true;
+    c->sock = nullptr;
+    c->mhd = nullptr;
+    c->fd = -1;
+    finished.insert(c);
+    return;
+  }
   delete c;
 }
 

@@ -62,7 +62,11 @@ int64_t wall_us() {
 
 // ---- lifecycle ---------------------------------------------------------------
 
-Server::Impl::~Impl() { shutdown(0); }
+Server::Impl::~Impl() {
+  shutdown(0);
+  for (Conn *c : finished)
+    delete c;
+}
 
 bool Server::Impl::start(const Config &c, std::string *err) {
   if (running) {
@@ -671,11 +675,16 @@ void Server::open(uint64_t conn_id, std::string preamble) {
 OverflowPolicy Server::policy() const { return impl_->cfg.overflow_policy; }
 
 OutQueue::PushResult Server::push(uint64_t conn_id, OutFrame frame) {
-  using R = OutQueue::PushResult;
   auto it = impl_->conns.find(conn_id);
   if (it == impl_->conns.end())
-    return R::DroppedNewest; // unknown: ignored
-  Conn *c = it->second;
+    return OutQueue::PushResult::DroppedNewest; // unknown: ignored
+  return push(it->second, std::move(frame));
+}
+
+OutQueue::PushResult Server::push(Conn *c, OutFrame frame) {
+  using R = OutQueue::PushResult;
+  if (c->finished)
+    return R::DroppedNewest; // gone: nobody to send it to
   if ((c->phase != Phase::Opening && c->phase != Phase::Open) || c->ending || c->kill)
     return R::DroppedNewest; // not streaming (any more)
   const bool control = frame.control;
@@ -715,6 +724,37 @@ void Server::close(uint64_t conn_id, const std::string &reason) {
   }
   if (c->phase == Phase::Opening || c->phase == Phase::Open)
     impl_->end_gracefully(c, reason);
+}
+
+Conn *Server::open(uint64_t conn_id, std::string preamble, const std::string &start_id) {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end() || it->second->phase != Phase::Pending)
+    return nullptr;
+  Conn *c = it->second;
+  c->queue.set_start_id(start_id);
+  c->held = true;
+  open(conn_id, std::move(preamble));
+  return c;
+}
+
+size_t Server::queued_events(const Conn *c) const { return c->finished ? 0 : c->queue.events(); }
+size_t Server::queued_bytes(const Conn *c) const { return c->finished ? 0 : c->queue.bytes(); }
+uint64_t Server::written(const Conn *c) const { return c->delivered; }
+
+void Server::close(Conn *c, const std::string &reason) {
+  if (!c->finished)
+    close(c->id, reason);
+}
+
+void Server::release(Conn *c) {
+  if (c == nullptr)
+    return;
+  if (c->finished) {
+    impl_->finished.erase(c);
+    delete c;
+  } else {
+    c->held = false;
+  }
 }
 
 void Server::protect(const std::string &path) { impl_->protected_paths.insert(path); }

@@ -79,6 +79,8 @@ struct ConnectionInfo {
   uint64_t delivered, dropped;
 };
 
+struct Conn; // one connection (server_impl.hpp), as a handle
+
 class Server {
 public:
   Server();
@@ -119,6 +121,19 @@ public:
   OutQueue::PushResult push(uint64_t conn_id, OutFrame frame);
   // Closes one connection (reason is reported through take_closed()).
   void close(uint64_t conn_id, const std::string &reason);
+
+  // The same through a handle, so that no lookup by id is needed per frame.
+  // open() with a start id (what an overflow notice names as the resume
+  // cursor before any frame was written) returns the connection's handle
+  // (nullptr when the request is gone); it stays valid, also after the
+  // connection closed, until release().
+  Conn *open(uint64_t conn_id, std::string preamble, const std::string &start_id);
+  OutQueue::PushResult push(Conn *c, OutFrame frame);
+  size_t queued_events(const Conn *c) const;
+  size_t queued_bytes(const Conn *c) const;
+  uint64_t written(const Conn *c) const; // data frames written to the socket
+  void close(Conn *c, const std::string &reason);
+  void release(Conn *c);
 
   // Optional handlers for plain GET routes answered synchronously
   // (e.g. "/healthz", "/metrics", "/"); they must not throw or call PostgreSQL.

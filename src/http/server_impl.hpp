@@ -102,8 +102,10 @@ struct Conn {
   bool want_out = false; // EPOLLOUT armed: the socket took only part of a write
   std::string unsent;    // the part it did not take
 
-  bool ending = false; // graceful end: END_OF_STREAM once the queue is flushed
-  bool kill = false;   // abort: END_WITH_ERROR at the next reader call
+  bool held = false;     // its handle is out (open() with a start id): freed by release()
+  bool finished = false; // MHD is done with it; only the handle keeps it
+  bool ending = false;   // graceful end: END_OF_STREAM once the queue is flushed
+  bool kill = false;     // abort: END_WITH_ERROR at the next reader call
   std::string close_reason;
   int64_t end_deadline_ms = 0;
 };
@@ -130,6 +132,7 @@ struct Server::Impl {
   std::vector<uint64_t> dirty; // direct streams with frames to write
   std::vector<char> scratch;   // one chunk being written (direct streams)
   std::deque<std::string> log;
+  std::set<Conn *> finished; // held connections MHD is done with, until release()
 
   bool need_run = false; // a resume happened outside MHD_run
   int64_t next_heartbeat_ms = 0;

@@ -1,5 +1,5 @@
 // Shared memory: the commit-ordered event ring, the per-stream committed
-// maximum, the producers' in-flight slots (for the horizon, DESIGN §3.1), the
+// maximum, the producers' in-flight slots (for the horizon, docs/ARCHITECTURE.md), the
 // workers' latches and the stats area. Sized from GUCs and requested in
 // shmem_request_hook.
 #pragma once
@@ -51,6 +51,9 @@ struct StreamEntry {
   // Bit w set while worker w has a connection on this stream: a committing
   // producer wakes only those workers (and any worker lagging in the ring).
   pg_atomic_uint32 subscriber_workers;
+  // Ephemeral broadcasts committed (numbered in ring order, under the ring
+  // lock, also when they could not be put in the ring): readers see losses.
+  pg_atomic_uint64 ephemeral_seq;
   StreamStats stats;
 };
 
@@ -148,22 +151,7 @@ struct Shared {
   char *ring;
 };
 
-// One record in the ring. `len` is the whole record, 8-byte aligned.
-// kind Row: a row committed into a stream's queue table (payload in the table).
-// kind Inline: payload follows: data, event, visible_to (lengths below).
-// kind RowInline: a table row whose payload was small enough to travel too.
-enum class RecordKind : uint32 { Row = 1, Inline = 2, RowInline = 4 };
-struct RecordHeader {
-  uint32 len;
-  RecordKind kind;
-  Oid dboid;
-  uint32 data_len;
-  int64 stream_id;
-  int64 msg_id;
-  int64 commit_us; // GetCurrentTimestamp() at commit, for latency figures
-  uint32 event_len;
-  uint32 visible_len;
-};
+// The ring's records: shmem/ring_record.hpp.
 
 Size shmem_size();
 void shmem_request();

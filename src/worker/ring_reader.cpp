@@ -10,8 +10,6 @@ extern "C" {
 
 namespace pgbs::worker {
 
-using shmem::RecordHeader;
-
 RingReader::RingReader(uint32_t dboid) : dboid_(dboid) {}
 
 void RingReader::start() {
@@ -26,7 +24,7 @@ uint64_t RingReader::catalog_version() const {
   return pg_atomic_read_u64(&shmem::shared()->catalog_version);
 }
 
-bool RingReader::drain(std::vector<RingEvent> *out) {
+bool RingReader::drain(std::vector<ring::Event> *out) {
   shmem::Shared *s = shmem::shared();
   bool complete = true;
   uint64 seq = pg_atomic_read_u64(&s->overrun_seq);
@@ -34,55 +32,21 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
     overrun_seq_ = seq;
     complete = false;
   }
-  const uint64 cap = s->ring_capacity;
-  if (buf_.size() < cap)
-    buf_.resize(cap);
   // Copy [pos_, head) in one go; the lock only covers the memcpy.
   LWLockAcquire(s->ring_lock, LW_SHARED);
-  uint64 head = pg_atomic_read_u64(&s->ring_head);
-  uint64 len = 0;
-  if (head - pos_ > cap) {
+  const uint64 head = pg_atomic_read_u64(&s->ring_head);
+  if (!ring::copy_span(s->ring, s->ring_capacity, pos_, head, &buf_))
     complete = false; // lapped: those records are gone
-    pos_ = head;
-  } else {
-    len = head - pos_;
-    uint64 off = pos_ % cap;
-    uint64 first = Min(len, cap - off);
-    memcpy(buf_.data(), s->ring + off, first);
-    if (first < len)
-      memcpy(buf_.data() + first, s->ring, len - first);
-  }
   LWLockRelease(s->ring_lock);
   pos_ = head;
-  for (uint64 o = 0; o + sizeof(RecordHeader) <= len;) {
-    RecordHeader h;
-    memcpy(&h, buf_.data() + o, sizeof(h));
-    if (h.len < sizeof(RecordHeader) || o + h.len > len)
-      break; // cannot happen with a consistent ring; stop rather than misparse
-    o += h.len;
-    records_read_++;
-    if (h.dboid != dboid_)
-      continue;
-    RingEvent ev{h.stream_id, h.msg_id, h.commit_us};
-    if (h.kind == shmem::RecordKind::Inline || h.kind == shmem::RecordKind::RowInline) {
-      const char *p = buf_.data() + (o - h.len) + sizeof(RecordHeader);
-      if ((uint64)sizeof(RecordHeader) + h.data_len + h.event_len + h.visible_len > h.len)
-        continue;
-      ev.has_payload = true;
-      ev.ephemeral = h.kind == shmem::RecordKind::Inline;
-      ev.data.assign(p, h.data_len);
-      ev.event.assign(p + h.data_len, h.event_len);
-      ev.visible_to.assign(p + h.data_len + h.event_len, h.visible_len);
-    } else if (h.kind != shmem::RecordKind::Row) {
-      continue;
-    }
-    out->push_back(std::move(ev));
-  }
+  // A malformed span cannot happen with a consistent ring; stop rather than misparse.
+  if (!ring::parse(buf_.data(), buf_.size(), dboid_, out, &records_read_))
+    complete = false;
   return complete;
 }
 
 void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
-                         std::vector<shmem::StreamEntry *> *entries, HorizonBounds *out) {
+                         std::vector<shmem::StreamEntry *> *entries, engine::HorizonBounds *out) {
   shmem::Shared *s = shmem::shared();
   out->max_committed.clear();
   out->min_floor.clear();

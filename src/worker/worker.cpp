@@ -79,7 +79,7 @@ http::Config http_config() {
 
 void publish_stats(const Hub &hub, const http::Server &server) {
   shmem::WorkerStats *ws = &shmem::shared()->worker_stats[worker_index];
-  const HubCounters &c = hub.counters();
+  const engine::Counters &c = hub.counters();
   pg_atomic_write_u64(&ws->connections, server.connection_count());
   pg_atomic_write_u64(&ws->delivered, c.delivered);
   pg_atomic_write_u64(&ws->dropped, c.dropped);
@@ -139,7 +139,7 @@ metrics::Snapshot snapshot(const Hub &hub) {
   for (int i = 0; i < shmem::kMaxWorkers; i++)
     if (pg_atomic_read_u32(&sh->worker_pid[i]) != 0)
       s.connections += (int64_t)pg_atomic_read_u64(&sh->worker_stats[i].connections);
-  const HubCounters &c = hub.counters();
+  const engine::Counters &c = hub.counters();
   s.delivered = c.delivered;
   s.dropped = c.dropped;
   s.catch_ups = c.overruns;
@@ -147,19 +147,6 @@ metrics::Snapshot snapshot(const Hub &hub) {
   s.database_ok = database_ok;
   hub.fill_snapshot(&s);
   return s;
-}
-
-// /healthz's answer: can this worker still run a query?
-bool probe_database() {
-  try {
-    pg::SpiTx tx;
-    tx.query("SELECT 1");
-    tx.commit();
-    return true;
-  } catch (const pg::Error &e) {
-    pg::warn(std::string("database probe failed: ") + e.what());
-    return false;
-  }
 }
 
 // The plain GET routes. They run inside libmicrohttpd callbacks on this
@@ -260,6 +247,7 @@ int run() {
       ConfigReloadPending = false;
       pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
       server.reconfigure(http_config());
+      hub.configure();
     }
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
@@ -322,7 +310,7 @@ int run() {
       }
       if (now_flush_ms - last_probe_ms >= 5000) {
         last_probe_ms = now_flush_ms;
-        database_ok = probe_database();
+        database_ok = hub.probe();
       }
       if (worker_index == 0 &&
           now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {

@@ -98,11 +98,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(err.size() < 64, "error message too long", text);
     return 0;
   }
-  check(size <= kMaxTokenBytes, "parse accepted an over-long token", text);
+  check(size <= kMaxCursorBytes, "parse accepted an over-long token", text);
   check(!c.streams.empty(), "parse succeeded with no stream", text);
   for (const auto &entry : c.streams) {
     check(canonical(entry.second), "parse produced non-canonical ranges", text);
-    check(c.find(entry.first) == &entry.second, "find does not return the entry", text);
+    check(!entry.first.empty() || entry.second.epoch != 0 || c.streams.size() == 1,
+          "an unnamed entry of a list without its epoch", text);
+    check(!entry.first.empty() || c.find(entry.first) != nullptr || c.streams.size() > 1,
+          "find does not return the entry", text);
+    check(entry.first.empty() || c.find(entry.first) == &entry.second,
+          "find does not return the entry", text);
   }
   const std::string enc = encode(c);
   check(url_safe(enc), "encoding uses a character outside [A-Za-z0-9-._~:,]", text);

@@ -52,7 +52,8 @@ $pg->broadcast('alpha', 'a2');
 ok($c->wait_for_data_events(3, 10), 'multi: events of both streams');
 is_deeply([ datas($c) ], [ 'a1', 'b1', 'a2' ], 'multi: in commit order');
 my $multi = last_id($c);
-like($multi, qr/^alpha:\d+~\d+(_\S*)?,beta:\d+~\d+/, "multi: one composite token ($multi)");
+# Each stream named by its epoch (stream names can be long; epochs are short).
+like($multi, qr/^\d+~\d+(_\S*)?,\d+~\d+/, "multi: one composite token ($multi)");
 $c->close;
 $pg->broadcast('beta', 'b2');
 $pg->broadcast('alpha', 'a3');

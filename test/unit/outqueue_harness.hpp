@@ -97,7 +97,8 @@ private:
   }
 
   bool within(const OutQueue &q) const {
-    return q.events() <= max_events_ && q.bytes() <= max_bytes_;
+    // A lone frame may be larger than the byte bound (no message is too large to deliver).
+    return q.events() <= max_events_ && (q.bytes() <= max_bytes_ || q.events() == 1);
   }
 
   void push_data(OutQueue &q) {
@@ -117,7 +118,8 @@ private:
     const size_t events = q.events(), qbytes = q.bytes();
     const uint64_t dropped = q.dropped();
     const bool was_within = within(q);
-    const bool fits = events < max_events_ && qbytes + bytes.size() <= max_bytes_;
+    const bool fits =
+        events < max_events_ && (qbytes + bytes.size() <= max_bytes_ || events == 0);
     const OutQueue::PushResult r = q.push(std::move(f));
     ++results_[static_cast<int>(r)];
     switch (r) {

@@ -186,20 +186,36 @@ TEST(OutQueue, DisconnectOnByteBound) {
   EXPECT_EQ(q.bytes(), 20u);
 }
 
-TEST(OutQueue, OversizedFrameIsOverflowUnderEveryPolicy) {
+TEST(OutQueue, OversizedFrameOverflowsUnlessAlone) {
   OutQueue oldest(10, 50, OverflowPolicy::DropOldest);
   oldest.push(data_frame(1, 20));
   EXPECT_EQ(oldest.push(data_frame(2, 51)), Result::DroppedNewest);
   EXPECT_EQ(oldest.events(), 1u); // nothing evicted for a frame that cannot fit anyway
   EXPECT_EQ(frames_of(drain(oldest)), (Names{"1"}));
 
-  OutQueue newest(10, 50, OverflowPolicy::DropNewest);
-  EXPECT_EQ(newest.push(data_frame(1, 51)), Result::DroppedNewest);
-  EXPECT_TRUE(newest.empty());
+  for (auto policy : {OverflowPolicy::DropOldest, OverflowPolicy::DropNewest,
+                      OverflowPolicy::Disconnect, OverflowPolicy::Lag}) {
+    // An empty queue takes one frame of any size: no message is too large.
+    OutQueue q(10, 50, policy);
+    EXPECT_EQ(q.push(control_frame("connected")), Result::Queued);
+    EXPECT_EQ(q.push(data_frame(1, 51)), Result::Queued);
+    EXPECT_EQ(q.push(data_frame(2, 51)), policy == OverflowPolicy::Disconnect
+                                             ? Result::MustDisconnect
+                                             : Result::DroppedNewest);
+    EXPECT_EQ(frames_of(drain(q)), (Names{"connected", "1"}));
+  }
+}
 
-  OutQueue disconnect(10, 50, OverflowPolicy::Disconnect);
-  EXPECT_EQ(disconnect.push(data_frame(1, 51)), Result::MustDisconnect);
-  EXPECT_TRUE(disconnect.empty());
+TEST(OutQueue, LagRefusesWhatDoesNotFit) {
+  OutQueue q(2, 1000, OverflowPolicy::Lag);
+  EXPECT_EQ(q.push(data_frame(1)), Result::Queued);
+  EXPECT_EQ(q.push(data_frame(2)), Result::Queued);
+  EXPECT_EQ(q.push(data_frame(3)), Result::DroppedNewest);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"1", "2"}));
+  OverflowPolicy p;
+  ASSERT_TRUE(parse_overflow_policy("lag", &p));
+  EXPECT_EQ(p, OverflowPolicy::Lag);
+  EXPECT_STREQ(overflow_policy_name(p), "lag");
 }
 
 TEST(OutQueue, ZeroBoundsRejectEveryDataFrame) {

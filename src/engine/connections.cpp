@@ -1,0 +1,339 @@
+// Engine: subscribing, closing, what connections() shows, durable
+// subscriber cursors, retention and history. docs/ARCHITECTURE.md,
+// "Connecting" and "Durable subscribers".
+#include "core/sse.hpp"
+#include "engine/engine.hpp"
+#include "engine/state.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+
+namespace pgbs::engine {
+namespace {
+
+std::string hex_id(uint64_t id) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%016" PRIx64, id);
+  return buf;
+}
+
+std::string control_event(const std::string &event, const std::string &json) {
+  std::string out;
+  sse::append_event(out, "", event, json);
+  return out;
+}
+
+// The position a cursor gives for one stream: by name, else by epoch (the
+// entries of a multi-stream token), else the one unnamed entry of a
+// single-stream cursor.
+const cursor::StreamPosition *position_for(const cursor::Cursor &cur, const StreamInfo &si,
+                                           bool multi) {
+  for (const auto &[name, pos] : cur.streams)
+    if (!name.empty() && name == si.name)
+      return &pos;
+  for (const auto &[name, pos] : cur.streams)
+    if (name.empty() && pos.epoch == si.id)
+      return &pos;
+  if (!multi && cur.streams.size() == 1 && cur.streams[0].first.empty())
+    return &cur.streams[0].second;
+  return nullptr;
+}
+
+// True when a client at position p may have missed an ephemeral broadcast
+// that this process no longer holds.
+bool missed_ephemeral(const Stream &st, const cursor::StreamPosition &p) {
+  if (p.horizon < st.evicted_floor)
+    return true;
+  for (int64_t id : st.evicted)
+    if (!p.covers(id))
+      return true;
+  return false;
+}
+
+} // namespace
+
+bool Engine::subscribe(const Subscribe &req, bool again) {
+  auto reject = [&](int status, const std::string &reason) {
+    sink_.reject(req.conn_id, status, reason);
+    std::string detail = std::to_string(status) + " " + reason;
+    if (!detail.empty() && detail.back() == '\n')
+      detail.pop_back();
+    obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
+    return true;
+  };
+  if (req.streams.empty())
+    return reject(400, "no stream named\n");
+  auto c = std::make_unique<Connection>();
+  c->id = req.conn_id;
+  c->multi = req.streams.size() > 1;
+  c->subscriber = req.subscriber;
+  for (const std::string &name : req.streams) {
+    Stream *st = find_by_name(name);
+    if (st == nullptr) {
+      if (!reload_catalog())
+        return reject(503, "stream unavailable: cannot read the catalog, retry\n");
+      st = find_by_name(name);
+    }
+    if (st == nullptr)
+      return reject(404, "unknown stream: " + name + "\n");
+    for (const Sub &s : c->subs)
+      if (s.st == st)
+        return reject(400, "stream named twice: " + name + "\n");
+    if (st->first_bounds && !again)
+      return false;
+    Sub sub;
+    sub.st = st;
+    c->subs.push_back(sub);
+  }
+  cursor::Cursor cur;
+  bool have_cursor = false;
+  if (req.cursor) {
+    std::string err;
+    if (!cursor::parse(*req.cursor, &cur, &err))
+      return reject(400, "invalid cursor: " + err + "\n");
+    if (c->multi && cur.streams.size() == 1 && cur.streams[0].first.empty() &&
+        cur.streams[0].second.epoch == 0)
+      return reject(400, "invalid cursor: several streams need a name:position cursor\n");
+    have_cursor = true;
+  } else if (!req.subscriber.empty()) {
+    // A durable subscriber without an id of its own resumes from its stored cursors.
+    std::vector<std::string> names;
+    for (const Sub &s : c->subs)
+      names.push_back(s.st->info.name);
+    std::vector<StoredCursor> stored;
+    if (!read_ok(rows_.stored_cursors(req.subscriber, names, &stored)))
+      return reject(503, "stream unavailable: cannot read the subscriber's cursor, retry\n");
+    for (const StoredCursor &sc : stored) {
+      cursor::StreamPosition p;
+      if (cursor::parse_stream(sc.cursor, &p, nullptr))
+        cur.streams.emplace_back(sc.stream, p);
+    }
+    have_cursor = !cur.streams.empty();
+  }
+  int64_t replay_n = -1; // -1: none; INT64_MAX: all
+  if (!have_cursor && !req.replay.empty()) {
+    if (req.replay == "all")
+      replay_n = INT64_MAX;
+    else if (!cursor::parse_int64(req.replay, &replay_n))
+      return reject(400, "invalid replay: use all or a number\n");
+  }
+  std::string gaps;
+  for (Sub &sub : c->subs) {
+    Stream &st = *sub.st;
+    const cursor::StreamPosition *p = have_cursor ? position_for(cur, st.info, c->multi) : nullptr;
+    if (p) {
+      sub.pos = *p;
+      if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
+        // The stream was dropped and re-created: its ids restarted.
+        gaps +=
+            control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                                    "\",\"reason\":\"stream-recreated\"}");
+        sub.pos = cursor::StreamPosition();
+      } else if (missed_ephemeral(st, sub.pos)) {
+        gaps +=
+            control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                                    "\",\"reason\":\"ephemeral-expired\"}");
+        sub.ephemeral_noticed = st.evicted_floor; // paging announces only later losses
+        for (int64_t id : st.evicted)
+          sub.ephemeral_noticed = std::max(sub.ephemeral_noticed, id);
+      }
+      sub.pos.epoch = st.info.id;
+    } else if (replay_n > 0) {
+      sub.pos = cursor::StreamPosition();
+      sub.pos.epoch = st.info.id;
+      if (replay_n != INT64_MAX) {
+        int64_t nth = 0;
+        if (!read_ok(rows_.nth_newest(st.info, replay_n, &nth)))
+          return reject(503, "stream unavailable: cannot read the backlog, retry\n");
+        if (nth > 0)
+          sub.pos.advance(nth - 1);
+        else
+          sub.pos = st.pos;
+      }
+    } else {
+      sub.pos = st.pos; // from now on
+    }
+    // Retention is checked on the first page read from the table (with the
+    // floor as stored in the catalog, whichever worker moved it).
+    sub.synced = sub.pos == st.pos && !st.tail_unknown && st.pos.horizon >= st.lost_upto;
+    sub.paging = !sub.synced;
+    sub.page_after = sub.pos.horizon;
+  }
+  std::string names;
+  for (const Sub &s : c->subs)
+    names += (names.empty() ? "" : ",") + s.st->info.name;
+  const std::string since = conn_token(*c);
+  std::string preamble;
+  sse::append_retry(preamble, 2000);
+  preamble.pop_back(); // one block: retry, comment and the connected event
+  preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
+  sse::append_event(preamble, "", "pgbus:connected",
+                    "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
+  preamble += gaps;
+  c->ref = sink_.open(c->id, std::move(preamble), since);
+  if (c->ref == nullptr)
+    return true;
+  c->live_only = cfg_.overflow_policy != OverflowPolicy::Lag && c->subscriber.empty();
+  c->opened_us = now_us_;
+  obs_.diagnostic(c->id, "subscribed", names,
+                  "since=" + since + (c->subscriber.empty() ? "" : " subscriber=" + c->subscriber) +
+                      " remote=" + req.remote_addr);
+  Connection *conn = c.get();
+  conns_.emplace(conn->id, std::move(c));
+  bool needs_paging = false;
+  for (size_t k = 0; k < conn->subs.size(); ++k) {
+    Sub &s = conn->subs[k];
+    if (s.st->conns.empty()) {
+      watched_.push_back(s.st);
+      obs_.watched(s.st->handle, true);
+    }
+    s.st->conns.push_back(conn);
+    obs_.subscribers(s.st->handle, 1);
+    record_history(s.st->info.name, "connect", 0, 0);
+    if (s.paging) {
+      s.paging = false;
+      demote(*conn, k, s.page_after + 1);
+      needs_paging = true;
+    }
+  }
+  if (!conn->subscriber.empty())
+    subscriber_conns_.push_back(conn);
+  if (needs_paging)
+    continue_paging();
+  return true;
+}
+
+void Engine::closed(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end())
+    return;
+  Connection *c = it->second.get();
+  if (!c->subscriber.empty()) {
+    note_written_token(*c);
+    subscriber_conns_.erase(std::remove(subscriber_conns_.begin(), subscriber_conns_.end(), c),
+                            subscriber_conns_.end());
+  }
+  paging_.erase(std::remove(paging_.begin(), paging_.end(), c), paging_.end());
+  const double lived_ms = (double)(now_us_ - c->opened_us) / 1000.0;
+  for (Sub &s : c->subs) {
+    record_history(s.st->info.name, "disconnect", lived_ms, 0);
+    obs_.subscribers(s.st->handle, -1);
+    auto &v = s.st->conns;
+    v.erase(std::remove(v.begin(), v.end(), c), v.end());
+    if (v.empty()) {
+      watched_.erase(std::remove(watched_.begin(), watched_.end(), s.st), watched_.end());
+      obs_.watched(s.st->handle, false);
+    }
+  }
+  sink_.release(c->ref);
+  conns_.erase(it);
+}
+
+bool Engine::describe(uint64_t conn_id, std::string *streams, std::string *cursor,
+                      std::string *subscriber, std::string *state) const {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end())
+    return false;
+  const Connection &c = *it->second;
+  streams->clear();
+  bool paging = false;
+  for (const Sub &s : c.subs) {
+    *streams += (streams->empty() ? "" : ",") + s.st->info.name;
+    paging |= s.paging;
+  }
+  *cursor = conn_token(c);
+  *subscriber = c.subscriber;
+  *state = paging ? "replaying" : "live";
+  return true;
+}
+
+// Durable subscribers: the token of the last data frame that reached the socket.
+void Engine::track_written() {
+  for (Connection *c : subscriber_conns_) {
+    const uint64_t written = sink_.written(c->ref);
+    while (!c->pushed_tokens.empty() && c->pushed_tokens.front().first < written)
+      c->pushed_tokens.pop_front();
+    if (c->pushed_tokens.empty() || c->pushed_tokens.front().first != written)
+      continue;
+    if (c->written_token != c->pushed_tokens.front().second) {
+      c->written_token = c->pushed_tokens.front().second;
+      note_written_token(*c);
+    }
+  }
+}
+
+// Splits the connection's last written id into per-stream positions.
+void Engine::note_written_token(Connection &c) {
+  if (c.written_token.empty())
+    return;
+  cursor::Cursor cur;
+  if (!cursor::parse(c.written_token, &cur, nullptr))
+    return;
+  for (const Sub &s : c.subs) {
+    const cursor::StreamPosition *p = position_for(cur, s.st->info, c.multi);
+    if (!p)
+      continue;
+    std::string text;
+    p->encode(text);
+    const auto key = std::make_pair(c.subscriber, s.st->info.name);
+    // Bounded even if flushes keep failing: a cursor left unstored only lags.
+    if (dirty_cursors_.size() < 100000 || dirty_cursors_.count(key))
+      dirty_cursors_[key] = text;
+  }
+}
+
+bool Engine::flush_cursors() {
+  if (dirty_cursors_.empty())
+    return true;
+  std::vector<StoredCursor> batch;
+  for (auto &[key, token] : dirty_cursors_)
+    batch.push_back(StoredCursor{key.first, key.second, token});
+  if (!read_ok(rows_.store_cursors(batch)))
+    return false; // kept: stored at the next flush
+  dirty_cursors_.clear();
+  return true;
+}
+
+void Engine::apply_retention() {
+  const int batch = 1000;
+  for (auto &[id, st] : streams_) {
+    if (!st->info.has_retention)
+      continue;
+    for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
+      int64_t removed = 0, floor = 0;
+      if (!read_ok(rows_.apply_retention(st->info, batch, &removed, &floor)))
+        break;
+      st->info.retention_floor = std::max(st->info.retention_floor, floor);
+      if (removed > 0)
+        obs_.retention_removed(st->handle, removed);
+      if (removed < batch)
+        break;
+    }
+  }
+}
+
+void Engine::record_history(const std::string &stream, const char *event, double ms,
+                            int64_t fanout) {
+  if (!cfg_.stats_enabled)
+    return;
+  if (history_.size() >= 100000) { // bounded between two flushes
+    history_lost_++;
+    return;
+  }
+  history_.push_back(HistoryRow{stream, event, ms, fanout});
+}
+
+bool Engine::flush_history() {
+  if (history_.empty())
+    return true;
+  if (!read_ok(rows_.store_history(history_)))
+    return false;
+  history_.clear();
+  return true;
+}
+
+bool Engine::prune_history(int64_t max_age_s) { return read_ok(rows_.prune_history(max_age_s)); }
+
+} // namespace pgbs::engine

@@ -1,0 +1,308 @@
+// Engine: one row to one connection, paging (replays and lag) and
+// subscribing. docs/ARCHITECTURE.md, "Delivery: live, lag and replay".
+#include "core/sse.hpp"
+#include "engine/engine.hpp"
+#include "engine/state.hpp"
+
+#include <algorithm>
+#include <climits>
+
+namespace pgbs::engine {
+namespace {
+
+constexpr size_t kIdLine = 64; // what an id line adds to a frame, at most (room checks)
+constexpr int kPagesPerCall = 4;
+
+std::string control_event(const std::string &event, const std::string &json) {
+  std::string out;
+  sse::append_event(out, "", event, json);
+  return out;
+}
+
+std::string stream_field(const Stream &st) {
+  return "\"stream\":\"" + sse::json_escape(st.info.name) + "\"";
+}
+
+void backoff(Stream &st, int64_t now_us) {
+  st.backoff_us = st.backoff_us == 0 ? 10000 : std::min<int64_t>(st.backoff_us * 2, 1000000);
+  st.retry_at_us = now_us + st.backoff_us;
+}
+
+} // namespace
+
+// Audiences: the one place that decides whether a connection may see a row.
+// Until access control exists, a row with a visible_to label reaches nobody
+// (fail closed).
+bool Engine::may_see(const Connection &c, const Row &row) const {
+  (void)c;
+  return !(row.visible_to && !row.visible_to->empty());
+}
+
+bool Engine::lags(const Connection &c) const { return !c.live_only; }
+
+// Room for one more data frame of `bytes`; an empty queue always takes one
+// frame, however large, so no message is too large to be delivered.
+bool Engine::room(const Connection &c, size_t bytes) const {
+  const size_t ev = sink_.queued_events(c.ref);
+  if (ev == 0)
+    return true;
+  const size_t by = sink_.queued_bytes(c.ref);
+  return ev < cfg_.queue_max_events && by + bytes <= cfg_.queue_max_bytes;
+}
+
+std::string Engine::conn_token(const Connection &c) const {
+  std::string out;
+  for (const Sub &s : c.subs) {
+    if (!out.empty())
+      out += ',';
+    if (s.synced && !c.multi)
+      return s.st->token_of();
+    s.position().encode(out); // with its epoch: names the stream in a multi-stream token
+  }
+  return out;
+}
+
+// Stops live delivery of from_id and later ids to this subscription: paging
+// sends them (from the tail or the table). A live subscription had every
+// visible id below from_id; a paging one had every visible id up to page_after.
+void Engine::demote(Connection &c, size_t k, int64_t from_id) {
+  Sub &sub = c.subs[k];
+  if (sub.synced) {
+    sub.pos = sub.st->pos;
+    sub.synced = false;
+  }
+  if (!sub.paging) {
+    sub.paging = true;
+    sub.page_after = from_id - 1;
+  } else {
+    sub.page_after = std::min(sub.page_after, from_id - 1);
+  }
+  if (!c.paging_listed) {
+    c.paging_listed = true;
+    paging_.push_back(&c);
+  }
+}
+
+bool Engine::push(Connection &c, OutFrame f, bool data) {
+  const size_t bytes = f.size();
+  if (!data) {
+    f.control = true;
+    sink_.push(c.ref, std::move(f));
+    return true;
+  }
+  if (sink_.push(c.ref, std::move(f)) == OutQueue::PushResult::Queued) {
+    counters_.delivered++;
+    batch_.delivered++;
+    batch_.bytes += bytes;
+    c.pushed++;
+    return true;
+  }
+  counters_.dropped++;
+  batch_.dropped++;
+  if (!c.overflow_noted) {
+    c.overflow_noted = true;
+    obs_.diagnostic(c.id, "overflow", c.subs[0].st->info.name,
+                    std::string("queue full, policy ") +
+                        overflow_policy_name(cfg_.overflow_policy));
+  }
+  return false;
+}
+
+// A gap notice for one subscription: what is gone, and the cursor this
+// connection has reached (reconnecting with it loses nothing more).
+void Engine::notice(Connection &c, size_t k, const std::string &fields) {
+  counters_.gaps++;
+  OutFrame f;
+  f.body = std::make_shared<const std::string>(control_event(
+      "pgbus:gap-detected", "{" + stream_field(*c.subs[k].st) + "," + fields + ",\"resume\":\"" +
+                                sse::json_escape(conn_token(c)) + "\"}"));
+  push(c, std::move(f), false);
+}
+
+// Queues one row on one subscription; false when it was deferred or held.
+bool Engine::deliver(Connection &c, size_t k, const Row &row,
+                     const std::shared_ptr<const std::string> &body,
+                     const std::shared_ptr<const std::string> *shared_frame) {
+  Sub &sub = c.subs[k];
+  Stream &st = *sub.st;
+  if (!sub.synced) {
+    if (sub.paging && row.msg_id > sub.page_after)
+      return true; // paging reads it
+    if (sub.pos.covers(row.msg_id))
+      return true;
+  }
+  if (!may_see(c, row)) {
+    if (!sub.synced)
+      sub.pos.add(row.msg_id);
+    return true;
+  }
+  // Lag: a frame that does not fit waits; paging sends it when the socket drained.
+  if (lags(c) && !room(c, body->size() + kIdLine)) {
+    if (sub.synced) {
+      sub.pos = st.pos_before;
+      sub.synced = false;
+    }
+    counters_.deferred++;
+    demote(c, k, row.msg_id);
+    return false;
+  }
+  // Fast path: a single-stream subscription in step with its stream shares
+  // one encoded frame (id line included) with every such connection.
+  if (sub.synced && !c.multi && shared_frame && c.subscriber.empty()) {
+    OutFrame f;
+    f.body = *shared_frame;
+    push(c, std::move(f), true);
+    return true;
+  }
+  cursor::StreamPosition before;
+  if (sub.synced) {
+    before = st.pos_before;
+  } else {
+    before = sub.pos;
+    sub.pos.add(row.msg_id);
+  }
+  if (sub.position().encoded_size() > cfg_.max_token_bytes) {
+    // Too many ids above the horizon to name in a token: hold this id (and
+    // what follows) back until the horizon moves, rather than send an id the
+    // client could not resume from.
+    sub.pos = std::move(before);
+    sub.synced = false;
+    counters_.held_back++;
+    demote(c, k, row.msg_id);
+    sub.held_at_horizon = st.pos.horizon;
+    return false;
+  }
+  std::string token = conn_token(c);
+  OutFrame f;
+  f.head.reserve(token.size() + 5);
+  f.head.append("id: ").append(token).append("\n");
+  f.body = body;
+  if (push(c, std::move(f), true) && !c.subscriber.empty()) {
+    if (c.pushed_tokens.size() >= 2 * cfg_.queue_max_events + 16)
+      c.pushed_tokens.pop_front(); // the stored cursor lags a little; it never runs ahead
+    c.pushed_tokens.emplace_back(c.pushed, std::move(token));
+  }
+  return true;
+}
+
+// One page of a paging subscription, from the tail above its floor (every
+// row this process dispatched is there) or else from the table.
+bool Engine::page(Connection &c, size_t k) {
+  Sub &sub = c.subs[k];
+  Stream &st = *sub.st;
+  const size_t page = std::max<size_t>(1, std::min(cfg_.replay_page_size, cfg_.queue_max_events));
+  std::vector<Stream::TailRow> items;
+  if (sub.page_after >= st.tail_floor && !st.tail_unknown) {
+    for (auto it = st.tail.upper_bound(sub.page_after); it != st.tail.end() && items.size() < page;
+         ++it)
+      items.push_back(it->second);
+  } else {
+    if (now_us_ < st.retry_at_us)
+      return false;
+    std::vector<Row> rows;
+    bool ok = true;
+    if (st.info.has_retention) {
+      int64_t floor = 0;
+      ok = read_ok(rows_.retention_floor(st.info, &floor));
+      st.info.retention_floor = std::max(st.info.retention_floor, floor);
+    }
+    ok = ok && read_ok(rows_.rows_after(st.info, std::max(sub.page_after, st.info.retention_floor),
+                                        (int64_t)page, &rows));
+    if (!ok) {
+      backoff(st, now_us_);
+      return false;
+    }
+    st.backoff_us = 0;
+    if (sub.page_after < st.info.retention_floor && sub.pos.horizon < st.info.retention_floor) {
+      // Retention removed rows this client has not seen: say so, then send what is left.
+      sub.pos.advance(st.info.retention_floor);
+      sub.page_after = st.info.retention_floor;
+      notice(c, k,
+             "\"reason\":\"retention\",\"oldest\":" +
+                 (rows.empty() ? std::string("null") : std::to_string(rows[0].msg_id)));
+    }
+    for (Row &r : rows)
+      items.push_back({std::move(r), nullptr});
+  }
+  const bool last_page = items.size() < page;
+  const int64_t upto = last_page ? INT64_MAX : items.back().row.msg_id;
+  // Ephemeral broadcasts: merged in while held, announced when gone.
+  const size_t durable = items.size();
+  for (const Row &e : st.ephemeral)
+    if (e.msg_id > sub.page_after && e.msg_id <= upto)
+      items.push_back({e, nullptr});
+  const int64_t from = std::max(sub.page_after, sub.ephemeral_noticed);
+  bool expired = from < st.evicted_floor && sub.pos.horizon < st.evicted_floor;
+  int64_t noticed = std::min(st.evicted_floor, upto);
+  for (int64_t id : st.evicted)
+    if (id > from && id <= upto && !sub.pos.covers(id)) {
+      expired = true;
+      noticed = std::max(noticed, id);
+    }
+  if (expired) {
+    sub.ephemeral_noticed = std::max(sub.ephemeral_noticed, noticed);
+    notice(c, k, "\"reason\":\"ephemeral-expired\"");
+  }
+  if (items.size() != durable)
+    std::sort(items.begin(), items.end(),
+              [](const auto &a, const auto &b) { return a.row.msg_id < b.row.msg_id; });
+  for (const Stream::TailRow &item : items) {
+    const Row &r = item.row;
+    if (!room(c, (item.body ? item.body->size() : r.data.size() + 64) + kIdLine)) {
+      flush_stats(st, 0);
+      return false; // the rest is read again when the queue drains
+    }
+    // Every visible id below this row has been sent; below the stream's
+    // horizon the ones not returned will never be visible, so the token folds them.
+    sub.pos.advance(std::min(r.msg_id - 1, st.pos.horizon));
+    sub.page_after = r.msg_id; // demote() moves it back below r if r waits
+    if (!sub.pos.covers(r.msg_id) && !deliver(c, k, r, item.body ? item.body : encode_body(r))) {
+      flush_stats(st, 0);
+      return false;
+    }
+  }
+  flush_stats(st, 0);
+  if (!last_page)
+    return false;
+  // Caught up with everything visible: from here the live path feeds it.
+  sub.paging = false;
+  sub.pos.advance(st.pos.horizon);
+  sub.synced = sub.pos == st.pos;
+  return true;
+}
+
+bool Engine::continue_paging() {
+  std::vector<Connection *> still;
+  for (Connection *c : paging_) {
+    bool pending = false;
+    for (size_t k = 0; k < c->subs.size(); ++k) {
+      Sub &sub = c->subs[k];
+      if (!sub.paging)
+        continue;
+      // A held subscription waits for its stream's horizon to move.
+      if (sub.held_at_horizon >= 0 && sub.held_at_horizon == sub.st->pos.horizon) {
+        pending = true;
+        continue;
+      }
+      sub.held_at_horizon = -1;
+      // Bounded work per call: a few pages, only while the queue has room.
+      for (int n = 0; n < kPagesPerCall && sub.paging && sub.held_at_horizon < 0 && room(*c, 0);
+           ++n) {
+        const size_t before = sink_.queued_events(c->ref);
+        const int64_t after = sub.page_after;
+        if (page(*c, k))
+          break;
+        if (sink_.queued_events(c->ref) == before && sub.page_after == after)
+          break; // waiting for a retry or for room
+      }
+      pending |= sub.paging;
+    }
+    c->paging_listed = pending;
+    if (pending)
+      still.push_back(c);
+  }
+  paging_.swap(still);
+  return !paging_.empty();
+}
+
+} // namespace pgbs::engine

@@ -1,0 +1,476 @@
+// Engine: the catalog, ring rounds (dispatch in commit order), horizons and
+// what happens when rows cannot be read. docs/ARCHITECTURE.md, "The engine".
+#include "engine/engine.hpp"
+#include "core/sse.hpp"
+#include "engine/state.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace pgbs::engine {
+
+void HorizonBounds::lower_floor(int64_t stream_id, int64_t floor) {
+  for (auto &f : min_floor)
+    if (f.first == stream_id) {
+      f.second = std::min(f.second, floor);
+      return;
+    }
+  min_floor.emplace_back(stream_id, floor);
+}
+
+const int64_t *HorizonBounds::floor_of(int64_t stream_id) const {
+  for (const auto &f : min_floor)
+    if (f.first == stream_id)
+      return &f.second;
+  return nullptr;
+}
+
+Engine::Engine(const Config &cfg, RowSource &rows, FrameSink &sink, Observer &obs)
+    : cfg_(cfg), rows_(rows), sink_(sink), obs_(obs) {}
+
+Engine::~Engine() {
+  std::vector<uint64_t> ids;
+  for (auto &[id, c] : conns_)
+    ids.push_back(id);
+  for (uint64_t id : ids)
+    closed(id);
+}
+
+void Engine::configure(const Config &cfg) { cfg_ = cfg; }
+
+bool Engine::knows(int64_t stream_id) const { return streams_.count(stream_id) != 0; }
+
+// A failed read is retried after a backoff; true when `ok`.
+bool Engine::read_ok(bool ok) {
+  if (!ok)
+    counters_.read_failures++;
+  return ok;
+}
+
+bool Engine::reload_catalog() {
+  std::vector<StreamInfo> infos;
+  if (!read_ok(rows_.load_catalog(&infos)))
+    return false;
+  std::unordered_set<int64_t> present;
+  for (StreamInfo &si : infos) {
+    present.insert(si.id);
+    auto it = streams_.find(si.id);
+    if (it != streams_.end()) {
+      const int64_t floor = std::max(it->second->info.retention_floor, si.retention_floor);
+      it->second->info = si;
+      it->second->info.retention_floor = floor;
+      continue;
+    }
+    auto st = std::make_unique<Stream>();
+    st->handle = obs_.stream_handle(si.id);
+    st->pos.epoch = si.id;
+    // The horizon comes from the first round's bounds (a producer in flight
+    // may hold ids below the table's maximum); rows up to the maximum were
+    // never dispatched by this process.
+    st->tail_floor = si.max_committed;
+    st->lost_upto = si.max_committed;
+    // Ephemeral broadcasts committed before this process started are gone
+    // for it: a cursor below this point hears so.
+    st->ephemeral_seq = obs_.ephemeral_seq(st->handle);
+    st->first_bounds = true;
+    st->info = std::move(si);
+    by_name_[st->info.name] = st->info.id;
+    streams_[st->info.id] = std::move(st);
+  }
+  std::vector<int64_t> gone;
+  for (auto &[id, st] : streams_)
+    if (!present.count(id))
+      gone.push_back(id);
+  for (int64_t id : gone)
+    drop_stream(id, "stream dropped");
+  eph_checks_.clear(); // pointers may be gone; a missed check only delays a notice
+  for (auto &[id, st] : streams_)
+    if (st->ephemeral_check)
+      eph_checks_.push_back(st.get());
+  last_full_us_ = -1; // the next round bounds every stream
+  return true;
+}
+
+void Engine::drop_stream(int64_t id, const char *reason) {
+  auto it = streams_.find(id);
+  if (it == streams_.end())
+    return;
+  for (Connection *c : std::vector<Connection *>(it->second->conns)) {
+    sink_.close(c->ref, reason);
+    closed(c->id);
+  }
+  auto bn = by_name_.find(it->second->info.name);
+  if (bn != by_name_.end() && bn->second == id)
+    by_name_.erase(bn);
+  streams_.erase(it);
+}
+
+Stream *Engine::find_by_name(const std::string &name) {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end())
+    return nullptr;
+  auto st = streams_.find(it->second);
+  return st == streams_.end() ? nullptr : st->second.get();
+}
+
+// Horizons matter where connections are; the other streams' positions only
+// have to stay compact and exact when someone subscribes (a full pass
+// first). So a wake-up costs O(streams with connections), not O(streams).
+const std::vector<int64_t> &Engine::round_streams(bool full) {
+  full = full || last_full_us_ < 0 || now_us_ - last_full_us_ >= 100 * 1000;
+  if (full)
+    last_full_us_ = now_us_;
+  round_ids_.clear();
+  round_handles_.clear();
+  auto include = [&](const Stream &st) {
+    round_ids_.push_back(st.info.id);
+    round_handles_.push_back(st.handle);
+  };
+  if (full)
+    for (auto &[id, st] : streams_)
+      include(*st);
+  else
+    for (Stream *st : watched_)
+      include(*st);
+  return round_ids_;
+}
+
+std::shared_ptr<const std::string> Engine::encode_body(const Row &row) const {
+  auto body = std::make_shared<std::string>();
+  body->reserve(row.data.size() + 48);
+  // An event name from a row written straight into the queue may be anything:
+  // one the SSE framing cannot carry falls back to the default.
+  const bool named = row.event && !row.event->empty() && sse::valid_event_name(*row.event);
+  sse::append_event(*body, "", named ? *row.event : cfg_.default_event, row.data);
+  return body;
+}
+
+void Engine::round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds) {
+  // Ring events were lost: they came before some of these in commit order,
+  // so nothing of this round goes live; every subscription pages instead.
+  if (!complete)
+    catch_up_all();
+  else if (tails_unknown_)
+    settle_tails();
+  if (!events.empty()) {
+    // A stream created in the same transaction as its first rows may be newer than our catalog.
+    bool unknown = false;
+    for (const ring::Event &e : events)
+      unknown |= !streams_.count(e.stream_id);
+    if (unknown)
+      reload_catalog();
+    // Read the rows without payload per stream in one call each, then
+    // dispatch in commit order. A stream whose read failed gets those ids
+    // paged from the table later, once the read works again.
+    std::map<int64_t, std::vector<int64_t>> wanted;
+    for (const ring::Event &e : events)
+      if (!e.has_payload && streams_.count(e.stream_id))
+        wanted[e.stream_id].push_back(e.msg_id);
+    std::map<std::pair<int64_t, int64_t>, Row> found;
+    std::unordered_set<int64_t> failed;
+    std::vector<Row> rows;
+    for (auto &[sid, list] : wanted) {
+      rows.clear();
+      if (!read_ok(rows_.rows_by_id(streams_[sid]->info, list, &rows))) {
+        failed.insert(sid);
+        continue;
+      }
+      for (Row &r : rows)
+        found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
+    }
+    for (ring::Event &e : events) {
+      auto sit = streams_.find(e.stream_id);
+      if (sit == streams_.end())
+        continue;
+      Stream &st = *sit->second;
+      if (e.has_payload) {
+        if (e.ephemeral && e.ephemeral_seq > 0) {
+          if (e.ephemeral_seq > st.ephemeral_seq + 1)
+            ephemeral_lost(st, e.ephemeral_seq - st.ephemeral_seq - 1);
+          st.ephemeral_seq = std::max(st.ephemeral_seq, e.ephemeral_seq);
+        }
+        Row row;
+        row.msg_id = e.msg_id;
+        row.commit_us = e.commit_us;
+        row.ephemeral = e.ephemeral;
+        row.data = std::move(e.data);
+        if (!e.event.empty())
+          row.event = std::move(e.event);
+        if (!e.visible_to.empty())
+          row.visible_to = std::move(e.visible_to);
+        if (row.ephemeral && !st.pos.covers(row.msg_id))
+          retain_ephemeral(st, row);
+        dispatch(st, row);
+        continue;
+      }
+      if (failed.count(e.stream_id)) {
+        unread(st, e.msg_id);
+        continue;
+      }
+      auto it = found.find({e.stream_id, e.msg_id});
+      if (it == found.end()) {
+        deleted(st, e.msg_id);
+        continue;
+      }
+      it->second.commit_us = e.commit_us;
+      dispatch(st, it->second);
+    }
+  }
+  // Ephemeral broadcasts lost with the ring events: every one committed
+  // before the last incomplete drain is in the ring by this drain, so what
+  // the producers counted then and was not read is gone.
+  for (Stream *st : eph_checks_) {
+    if (st->ephemeral_check_at > st->ephemeral_seq) {
+      ephemeral_lost(*st, st->ephemeral_check_at - st->ephemeral_seq);
+      st->ephemeral_seq = st->ephemeral_check_at;
+    }
+    st->ephemeral_check = false;
+  }
+  eph_checks_.clear();
+  if (!complete) // compared after the next drain, which holds every record counted by now
+    for (auto &[id, st] : streams_) {
+      st->ephemeral_check = true;
+      st->ephemeral_check_at = obs_.ephemeral_seq(st->handle);
+      eph_checks_.push_back(st.get());
+    }
+  advance_horizons(bounds);
+}
+
+void Engine::dispatch(Stream &st, const Row &row) {
+  if (st.pos.covers(row.msg_id))
+    return; // already dispatched (catch-up and ring can both carry a row)
+  counters_.events++;
+  if (st.conns.empty()) {
+    st.pos.add(row.msg_id);
+    st.token_stale = true;    // encoded when someone needs it
+    st.tail_drop(row.msg_id); // nobody to replay to: the tail starts above it
+    return;
+  }
+  st.pos_before = st.pos; // what a synced subscription falls back to when this row waits
+  st.pos.add(row.msg_id);
+  st.token_stale = true;
+  auto body = encode_body(row);
+  if (!row.ephemeral) // ephemeral ones are retained apart (retain_ephemeral)
+    tail_add(st, row, body);
+  // The whole frame for connections in step with the stream, when the
+  // stream's own token is short enough to send.
+  std::shared_ptr<const std::string> frame;
+  const std::string &token = st.token_of();
+  if (token.size() <= cfg_.max_token_bytes) {
+    auto f = std::make_shared<std::string>();
+    f->reserve(token.size() + 5 + body->size());
+    f->append("id: ").append(token).append("\n").append(*body);
+    frame = std::move(f);
+  }
+  for (Connection *c : st.conns) // deliver() never changes st.conns
+    for (size_t k = 0; k < c->subs.size(); ++k)
+      if (c->subs[k].st == &st)
+        deliver(*c, k, row, body, frame ? &frame : nullptr);
+  flush_stats(st, row.commit_us);
+}
+
+// A committed row the source could not read now (the read failed): the
+// stream counts it as dispatched, and every subscription pages it from the
+// table once reads work again; nothing is counted as delivered.
+void Engine::unread(Stream &st, int64_t id) {
+  if (st.pos.covers(id))
+    return;
+  for (Connection *c : st.conns)
+    for (size_t k = 0; k < c->subs.size(); ++k)
+      if (c->subs[k].st == &st && !c->subs[k].position().covers(id))
+        demote(*c, k, id);
+  st.pos.add(id);
+  st.token_stale = true;
+  st.tail_drop(id);
+}
+
+// The ring says the row was committed, the table no longer has it (deleted
+// or archived away before the worker read it): announced, never skipped silently.
+void Engine::deleted(Stream &st, int64_t id) {
+  if (st.pos.covers(id))
+    return;
+  batch_.failed++;
+  for (Connection *c : std::vector<Connection *>(st.conns))
+    for (size_t k = 0; k < c->subs.size(); ++k)
+      if (c->subs[k].st == &st && !c->subs[k].position().covers(id))
+        notice(*c, k, "\"reason\":\"deleted\",\"ids\":[" + std::to_string(id) + "]");
+  st.pos.add(id);
+  st.token_stale = true;
+  flush_stats(st, 0);
+}
+
+// Ephemeral broadcasts of this stream never reached this process (ring
+// lapped, or a transaction too large for it): they exist nowhere else.
+void Engine::ephemeral_lost(Stream &st, uint64_t lost) {
+  // Their ids are unknown, but not above the committed maximum of this
+  // round and the next: a cursor below it hears of them, and a new
+  // subscription pages (and hears) instead of trusting the stream's position.
+  st.ephemeral_floor_rounds = 2;
+  for (Connection *c : std::vector<Connection *>(st.conns))
+    for (size_t k = 0; k < c->subs.size(); ++k)
+      if (c->subs[k].st == &st)
+        notice(*c, k, "\"reason\":\"ephemeral-overrun\",\"lost\":" + std::to_string(lost));
+}
+
+void Engine::advance_horizons(const HorizonBounds &b) {
+  if (b.frozen)
+    return;
+  for (const auto &[id, max] : b.max_committed) {
+    auto sit = streams_.find(id);
+    if (sit == streams_.end())
+      continue;
+    Stream *st = sit->second.get();
+    int64_t h = max;
+    if (const int64_t *f = b.floor_of(id))
+      h = std::min(h, *f);
+    if (st->ephemeral_floor_rounds > 0) {
+      st->ephemeral_floor_rounds--;
+      const int64_t upto = std::max(max, st->pos.highest());
+      st->evicted_floor = std::max(st->evicted_floor, upto);
+      st->lost_upto = std::max(st->lost_upto, upto);
+    }
+    if (st->first_bounds) {
+      // Ephemeral broadcasts from before this process (no table row, not
+      // in its memory) are below the first committed maximum it reads.
+      st->first_bounds = false;
+      st->lost_upto = std::max(st->lost_upto, max);
+      if (st->ephemeral_seq > 0)
+        st->evicted_floor = std::max(st->evicted_floor, max);
+    }
+    if (st->pos.horizon > st->published_horizon) {
+      st->published_horizon = st->pos.horizon;
+      obs_.horizon(st->handle, st->pos.horizon);
+    }
+    if (h <= st->pos.horizon)
+      continue;
+    st->pos.advance(h);
+    st->token_stale = true;
+    for (Connection *c : st->conns)
+      for (Sub &sub : c->subs) {
+        if (sub.st != st || sub.synced)
+          continue;
+        if (sub.paging) {
+          // Every visible id up to page_after was sent (paged, or live).
+          sub.pos.advance(std::min(h, sub.page_after));
+          continue;
+        }
+        sub.pos.advance(h);
+        if (sub.pos == st->pos)
+          sub.synced = true;
+      }
+  }
+}
+
+// Ring events were lost (ring lapped, or a transaction too large for it):
+// the tables are the truth. Every subscription pages what it has not seen
+// from the table (bounded pages, with flow control); the stream's own
+// position is completed by the horizon.
+void Engine::catch_up_all() {
+  counters_.overruns++;
+  for (auto &[id, st] : streams_) {
+    for (Connection *c : st->conns)
+      for (size_t k = 0; k < c->subs.size(); ++k)
+        if (c->subs[k].st == st.get())
+          demote(*c, k, c->subs[k].position().horizon + 1);
+    st->tail_drop(st->pos.highest());
+    st->tail_unknown = true;
+    st->token_stale = true;
+  }
+  tails_unknown_ = true;
+  settle_tails();
+}
+
+// A lost ring record's row was visible in its table before the record was
+// written, so the table's maximum read now bounds every lost id: above it,
+// the tail is complete again.
+void Engine::settle_tails() {
+  for (auto &[id, st] : streams_) {
+    if (!st->tail_unknown || now_us_ < st->retry_at_us)
+      continue;
+    int64_t max = 0;
+    if (!read_ok(rows_.max_id(st->info, &max))) {
+      st->retry_at_us = now_us_ + 10000;
+      continue;
+    }
+    st->tail_drop(max);
+    st->lost_upto = std::max(st->lost_upto, max);
+    st->tail_unknown = false;
+  }
+  tails_unknown_ = false;
+  for (auto &[id, st] : streams_)
+    tails_unknown_ |= st->tail_unknown;
+}
+
+void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const std::string> &body) {
+  if (cfg_.memory_retention == 0 || row.msg_id <= st.tail_floor) {
+    st.tail_floor = std::max(st.tail_floor, row.msg_id);
+    return;
+  }
+  Stream::TailRow t;
+  t.row.msg_id = row.msg_id;
+  t.row.event = row.event;
+  t.row.visible_to = row.visible_to;
+  t.row.enqueued_us = row.enqueued_us;
+  t.body = body;
+  st.tail_bytes += body->size();
+  st.tail.emplace(row.msg_id, std::move(t));
+  st.tail_order.push_back(row.msg_id);
+  while (!st.tail_order.empty() &&
+         (st.tail_order.size() > cfg_.memory_retention || st.tail_bytes > cfg_.queue_max_bytes)) {
+    auto it = st.tail.find(st.tail_order.front());
+    if (it != st.tail.end()) {
+      st.tail_bytes -= it->second.body->size();
+      st.tail_floor = std::max(st.tail_floor, it->first);
+      st.tail.erase(it);
+    }
+    st.tail_order.pop_front();
+  }
+}
+
+void Engine::retain_ephemeral(Stream &st, const Row &row) {
+  const size_t keep = cfg_.memory_retention;
+  if (keep > 0) {
+    st.ephemeral.push_back(row);
+    st.ephemeral_bytes += row.data.size();
+  } else {
+    st.evicted.push_back(row.msg_id);
+  }
+  while (st.ephemeral.size() > keep ||
+         (st.ephemeral.size() > 1 && st.ephemeral_bytes > cfg_.queue_max_bytes)) {
+    st.evicted.push_back(st.ephemeral.front().msg_id);
+    st.ephemeral_bytes -= st.ephemeral.front().data.size();
+    st.ephemeral.pop_front();
+  }
+  while (st.evicted.size() > 10000) {
+    st.evicted_floor = std::max(st.evicted_floor, st.evicted.front());
+    st.evicted.pop_front();
+  }
+}
+
+void Engine::flush_stats(Stream &st, int64_t commit_us) {
+  if (cfg_.stats_enabled && commit_us > 0)
+    record_history(st.info.name, "broadcast", (double)(now_us_ - commit_us) / 1000.0,
+                   (int64_t)batch_.delivered);
+  if (commit_us > 0 && batch_.delivered)
+    batch_.latency_us = now_us_ - commit_us;
+  if (batch_.delivered || batch_.dropped || batch_.bytes || batch_.failed)
+    obs_.stream_figures(st.handle, batch_);
+  batch_ = StreamDelta();
+}
+
+size_t Engine::retained_bytes() const {
+  size_t n = 0;
+  for (const auto &[id, st] : streams_)
+    n += st->tail_bytes + st->ephemeral_bytes;
+  return n;
+}
+
+std::vector<Engine::StreamView> Engine::streams() const {
+  std::vector<StreamView> out;
+  for (const auto &[id, st] : streams_)
+    out.push_back(
+        StreamView{st->info.name, id, st->pos.horizon, st->info.max_committed, st->handle});
+  return out;
+}
+
+} // namespace pgbs::engine

@@ -1,0 +1,179 @@
+// The delivery engine: streams, subscriptions, horizons, the per-stream
+// tail, ephemeral retention, paging (replays and lag), durable-cursor
+// bookkeeping. Plain C++ without PostgreSQL; it reaches the outside only
+// through RowSource, FrameSink and Observer (interfaces.hpp), so the
+// simulator in test/engine drives exactly this code. docs/ARCHITECTURE.md,
+// "The engine".
+#pragma once
+#include "core/cursor.hpp"
+#include "core/no_postgres.hpp"
+#include "engine/interfaces.hpp"
+#include "shmem/ring_record.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace pgbs::engine {
+
+// Everything the engine is tuned by, passed in as one value.
+struct Config {
+  size_t queue_max_events = 1000;
+  size_t queue_max_bytes = 1 << 20;
+  // Lag: durable frames are never dropped (a full queue pages them later).
+  // The drop policies make a connection live-only: the sink's queue drops.
+  OverflowPolicy overflow_policy = OverflowPolicy::Lag;
+  size_t memory_retention = 1000;
+  size_t replay_page_size = 500;
+  std::string default_event = "turbo-stream";
+  bool stats_enabled = false;
+  size_t max_token_bytes = cursor::kMaxTokenBytes; // per stream of a token
+};
+
+// What bounds each stream's horizon, read from shared memory before the
+// ring is drained: the committed maximum first, then the lowest floor any
+// in-flight producer published.
+struct HorizonBounds {
+  std::vector<std::pair<int64_t, int64_t>> max_committed; // (stream_id, M)
+  std::vector<std::pair<int64_t, int64_t>> min_floor;     // (stream_id, lowest floor)
+  bool frozen = false;                                    // a producer holds every horizon
+  void lower_floor(int64_t stream_id, int64_t floor);
+  const int64_t *floor_of(int64_t stream_id) const;
+};
+
+// An SSE request as the engine sees it.
+struct Subscribe {
+  uint64_t conn_id = 0;
+  std::vector<std::string> streams;
+  const std::string *cursor = nullptr; // Last-Event-ID or ?since, already chosen
+  std::string replay;                  // ?replay=
+  std::string subscriber;
+  std::string remote_addr;
+};
+
+struct Counters {
+  uint64_t delivered = 0, dropped = 0, overruns = 0, events = 0, held_back = 0;
+  uint64_t deferred = 0;      // frames that waited for room (lag) instead of being dropped
+  uint64_t read_failures = 0; // row-source calls that failed (retried later)
+  uint64_t gaps = 0;          // gap notices sent
+};
+
+struct Stream;
+struct Connection;
+
+class Engine {
+public:
+  Engine(const Config &cfg, RowSource &rows, FrameSink &sink, Observer &obs);
+  ~Engine(); // releases every connection still open
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
+
+  void configure(const Config &cfg);
+  // The clock (microseconds, the ring's commit_us epoch); set before each call.
+  void set_now(int64_t now_us) { now_us_ = now_us; }
+
+  // Loads the catalog; false when the source failed (the old one is kept).
+  bool reload_catalog();
+  bool knows(int64_t stream_id) const;
+  // The streams whose horizon bounds the next round needs (every stream when
+  // `full`, else the ones with connections here, all at least every 100 ms).
+  const std::vector<int64_t> &round_streams(bool full);
+  // The observer's handles of those streams, in the same order.
+  const std::vector<void *> &round_handles() const { return round_handles_; }
+  // One wake-up: the events drained from the ring in commit order, whether
+  // the drain was complete (no lap, no overrun), and the bounds read before it.
+  void round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds);
+
+  // Decides an SSE request (reject, or open and start its replay). False
+  // (nothing decided) when a stream it names was just loaded and no round has
+  // bounded it yet: run a full round, then call again with `again` set.
+  bool subscribe(const Subscribe &req, bool again = false);
+  // The sink closed the connection: forget it.
+  void closed(uint64_t conn_id);
+  // Continues paged replays and lagging connections that have room; true while some remain.
+  bool continue_paging();
+  bool paging_pending() const { return !paging_.empty(); }
+
+  void track_written();   // every loop: what reached the sockets
+  bool flush_cursors();   // every cursor_flush_interval
+  void apply_retention(); // one worker, every retention_interval
+  bool flush_history();   // stats_enabled
+  bool prune_history(int64_t max_age_s);
+
+  const Counters &counters() const { return counters_; }
+  size_t stream_count() const { return streams_.size(); }
+  size_t connection_count() const { return conns_.size(); }
+  // What connections() shows of one connection; false for unknown ids.
+  bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
+                std::string *subscriber, std::string *state) const;
+  struct StreamView {
+    std::string name;
+    int64_t id, horizon;
+    int64_t max_committed; // the tables' maximum at the last catalog load
+    void *handle;
+  };
+  std::vector<StreamView> streams() const;
+  // Memory the engine holds for tails and ephemeral retention (bytes, approximate).
+  size_t retained_bytes() const;
+
+private:
+  friend struct Delivery;
+  Stream *find_by_name(const std::string &name);
+  void drop_stream(int64_t id, const char *reason);
+  void dispatch(Stream &st, const Row &row);
+  void unread(Stream &st, int64_t id);
+  void deleted(Stream &st, int64_t id);
+  void ephemeral_lost(Stream &st, uint64_t lost);
+  void advance_horizons(const HorizonBounds &b);
+  void catch_up_all();
+  void settle_tails();
+  void demote(Connection &c, size_t sub, int64_t from_id);
+  bool deliver(Connection &c, size_t sub, const Row &row,
+               const std::shared_ptr<const std::string> &body,
+               const std::shared_ptr<const std::string> *shared_frame = nullptr);
+  bool page(Connection &c, size_t sub);
+  bool push(Connection &c, OutFrame f, bool data);
+  void notice(Connection &c, size_t sub, const std::string &json_fields);
+  bool room(const Connection &c, size_t bytes) const;
+  bool lags(const Connection &c) const;
+  std::string conn_token(const Connection &c) const;
+  void note_written_token(Connection &c);
+  void record_history(const std::string &stream, const char *event, double ms, int64_t fanout);
+  void flush_stats(Stream &st, int64_t commit_us);
+  void tail_add(Stream &st, const Row &row, const std::shared_ptr<const std::string> &body);
+  void retain_ephemeral(Stream &st, const Row &row);
+  bool read_ok(bool ok);
+  std::shared_ptr<const std::string> encode_body(const Row &row) const;
+  // The per-connection, per-message visibility rule (audiences); applied on
+  // every path a row takes to a connection: live, tail and table replay.
+  bool may_see(const Connection &c, const Row &row) const;
+
+  Config cfg_;
+  RowSource &rows_;
+  FrameSink &sink_;
+  Observer &obs_;
+  int64_t now_us_ = 0;
+  std::unordered_map<int64_t, std::unique_ptr<Stream>> streams_;
+  std::unordered_map<std::string, int64_t> by_name_;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
+  std::vector<Connection *> paging_;
+  std::vector<Connection *> subscriber_conns_;
+  std::vector<Stream *> watched_;
+  std::vector<int64_t> round_ids_;
+  std::vector<void *> round_handles_;
+  int64_t last_full_us_ = -1;
+  bool tails_unknown_ = false;
+  std::vector<Stream *> eph_checks_; // streams to compare after the next drain
+  std::map<std::pair<std::string, std::string>, std::string> dirty_cursors_;
+  std::vector<HistoryRow> history_;
+  uint64_t history_lost_ = 0;
+  StreamDelta batch_;
+  Counters counters_;
+};
+
+} // namespace pgbs::engine

@@ -1,0 +1,131 @@
+// What the delivery engine needs from the outside, as three small
+// interfaces (docs/ARCHITECTURE.md, "The engine"): a row source (every SQL
+// statement the worker runs), a frame sink (the HTTP layer's per-connection
+// queues) and an observer (figures and diagnostics in shared memory). The
+// worker implements them over SPI, libmicrohttpd and shared memory; the
+// simulator implements them in memory. Plain C++, no PostgreSQL.
+#pragma once
+#include "core/no_postgres.hpp"
+#include "core/outqueue.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pgbs::engine {
+
+// One message of a stream: a queue (or archive) row, or an ephemeral broadcast.
+struct Row {
+  int64_t msg_id = 0;
+  std::string data;
+  std::optional<std::string> event, visible_to;
+  int64_t enqueued_us = 0;
+  int64_t commit_us = 0;  // from the ring; 0 for rows read from the table
+  bool ephemeral = false; // no table row: cannot be paged from the table
+};
+
+// A stream of the catalog.
+struct StreamInfo {
+  int64_t id = 0; // catalog id, also the stream's epoch
+  std::string name;
+  bool is_public = true;
+  bool has_retention = false;
+  int64_t retention_floor = 0; // highest msg_id removed by retention
+  int64_t max_committed = 0;   // highest msg_id in the queue and its archive at load
+};
+
+// A subscriber's stored position of one stream.
+struct StoredCursor {
+  std::string subscriber, stream, cursor;
+};
+
+struct HistoryRow {
+  std::string stream, event;
+  double duration_ms;
+  int64_t fanout;
+};
+
+// Every read and write of the tables. Each call either succeeds or returns
+// false (lock timeout, statement timeout, cancel, any error): the engine then
+// counts nothing, keeps its positions and tries again later. Calls are
+// bounded (the limits are arguments) and never wait long on a lock.
+class RowSource {
+public:
+  virtual ~RowSource() = default;
+  // The catalog (streams whose queue table exists); false: no extension or failure.
+  virtual bool load_catalog(std::vector<StreamInfo> *out) = 0;
+  // The rows with these ids (any order; missing ones are simply absent).
+  virtual bool rows_by_id(const StreamInfo &s, const std::vector<int64_t> &ids,
+                          std::vector<Row> *out) = 0;
+  // Up to `limit` rows with msg_id > after, ascending.
+  virtual bool rows_after(const StreamInfo &s, int64_t after, int64_t limit,
+                          std::vector<Row> *out) = 0;
+  // The highest msg_id in the queue and its archive (0 when empty).
+  virtual bool max_id(const StreamInfo &s, int64_t *id) = 0;
+  // The msg_id of the n-th newest row (0 when there are fewer rows).
+  virtual bool nth_newest(const StreamInfo &s, int64_t n, int64_t *id) = 0;
+  // The stream's retention floor as stored by whichever worker applied retention.
+  virtual bool retention_floor(const StreamInfo &s, int64_t *floor) = 0;
+  virtual bool stored_cursors(const std::string &subscriber,
+                              const std::vector<std::string> &streams,
+                              std::vector<StoredCursor> *out) = 0;
+  virtual bool store_cursors(const std::vector<StoredCursor> &cursors) = 0;
+  // Removes up to `batch` rows past retention; *removed, *floor (new retention floor).
+  virtual bool apply_retention(const StreamInfo &s, int batch, int64_t *removed,
+                               int64_t *floor) = 0;
+  virtual bool store_history(const std::vector<HistoryRow> &rows) = 0;
+  virtual bool prune_history(int64_t max_age_s) = 0;
+};
+
+// A connection's handle on the sink side: given by open(), valid until release().
+using SinkRef = void *;
+
+// The HTTP layer's side of a connection.
+class FrameSink {
+public:
+  virtual ~FrameSink() = default;
+  virtual void reject(uint64_t conn_id, int status, const std::string &reason) = 0;
+  // Answers 200 and queues the preamble; `start_id` is the cursor the
+  // connection started from (what an overflow notice names before any frame
+  // was written). nullptr when the request is gone.
+  virtual SinkRef open(uint64_t conn_id, std::string preamble, const std::string &start_id) = 0;
+  virtual size_t queued_events(SinkRef ref) const = 0;
+  virtual size_t queued_bytes(SinkRef ref) const = 0;
+  // Queues a frame; the queue's overflow policy applies (the engine checks
+  // room first for frames that must not be dropped).
+  virtual OutQueue::PushResult push(SinkRef ref, OutFrame frame) = 0;
+  // Data frames written to the socket so far.
+  virtual uint64_t written(SinkRef ref) const = 0;
+  // Ends the stream after what is queued (reason reported back as closed).
+  virtual void close(SinkRef ref, const std::string &reason) = 0;
+  // The engine is done with the handle (after the connection closed).
+  virtual void release(SinkRef ref) = 0;
+};
+
+// Where the engine reports what it did. A stream's handle comes from
+// stream_handle() once per stream and is passed back with each figure.
+struct StreamDelta {
+  uint64_t delivered = 0, dropped = 0, bytes = 0, failed = 0;
+  int64_t latency_us = -1; // one commit-to-queue sample, or -1
+};
+
+class Observer {
+public:
+  virtual ~Observer() = default;
+  virtual void *stream_handle(int64_t stream_id) = 0;
+  // How many ephemeral broadcasts the stream's producers have committed
+  // (numbered in ring order; see shmem/ring_record.hpp).
+  virtual uint64_t ephemeral_seq(void *stream) = 0;
+  virtual void stream_figures(void *stream, const StreamDelta &d) = 0;
+  virtual void subscribers(void *stream, int delta) = 0;
+  // This process has (or no longer has) a connection on the stream: producers wake it.
+  virtual void watched(void *stream, bool on) = 0;
+  virtual void horizon(void *stream, int64_t horizon) = 0;
+  virtual void retention_removed(void *stream, int64_t rows) = 0;
+  virtual void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,
+                          const std::string &detail) = 0;
+};
+
+} // namespace pgbs::engine

@@ -1,0 +1,115 @@
+// The engine's per-stream and per-connection state (internal to src/engine).
+#pragma once
+#include "core/cursor.hpp"
+#include "core/no_postgres.hpp"
+#include "engine/interfaces.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pgbs::engine {
+
+struct Connection;
+
+struct Stream {
+  StreamInfo info;
+  void *handle = nullptr;            // the observer's
+  cursor::StreamPosition pos;        // horizon + ids dispatched above it
+  cursor::StreamPosition pos_before; // pos before the row being dispatched was added
+  mutable std::string token;         // pos encoded (see Engine::token_of)
+  mutable bool token_stale = true;   // pos changed since token was encoded
+  std::vector<Connection *> conns;
+  int64_t published_horizon = 0;
+  // Recent ephemeral broadcasts (memory_retention), and the ids of those no
+  // longer held (every evicted id not listed is <= evicted_floor).
+  std::deque<Row> ephemeral;
+  std::deque<int64_t> evicted;
+  int64_t evicted_floor = 0;
+  uint64_t ephemeral_seq = 0;      // last ephemeral sequence number read from the ring
+  bool ephemeral_check = false;    // ring events were lost: compare with the producers' count
+  uint64_t ephemeral_check_at = 0; // that count, read after the incomplete drain
+  // The recent durable rows dispatched while the stream had connections, with
+  // their encoded bodies, bounded by memory_retention rows and queue_max_bytes.
+  // Every row with an id above tail_floor that this process dispatched is here.
+  struct TailRow {
+    Row row; // data cleared: the body carries it
+    std::shared_ptr<const std::string> body;
+  };
+  std::map<int64_t, TailRow> tail;
+  std::deque<int64_t> tail_order; // dispatch order, oldest first
+  size_t tail_bytes = 0;
+  size_t ephemeral_bytes = 0;
+  int64_t tail_floor = 0;
+  // After ring events were lost, the tail's floor is unknown until the
+  // table's maximum has been read: paging reads the table meanwhile.
+  bool tail_unknown = false;
+  // Committed rows up to here may be missing from pos (lost ring events,
+  // rows from before this process started): while the horizon is below it,
+  // a new subscription pages them from the table instead of trusting pos.
+  int64_t lost_upto = 0;
+  bool first_bounds = false;      // no round has bounded this stream yet
+  int ephemeral_floor_rounds = 0; // rounds that still raise evicted_floor after a loss
+  int64_t retry_at_us = 0;        // a table read failed: none before this
+  int64_t backoff_us = 0;
+
+  const std::string &token_of() const {
+    if (token_stale) {
+      token.clear();
+      pos.encode(token);
+      token_stale = false;
+    }
+    return token;
+  }
+  // Empties the tail and moves its floor to at least `upto`: every row at or
+  // below it must come from the table.
+  void tail_drop(int64_t upto) {
+    if (tail_floor < upto)
+      tail_floor = upto;
+    if (tail.empty())
+      return;
+    if (tail_floor < tail.rbegin()->first)
+      tail_floor = tail.rbegin()->first;
+    tail.clear();
+    tail_order.clear();
+    tail_bytes = 0;
+  }
+};
+
+// One stream of one connection.
+struct Sub {
+  Stream *st;
+  cursor::StreamPosition pos;    // own position while not synced with the stream
+  bool synced = false;           // pos == st->pos: use the stream's token
+  bool paging = false;           // paged from tail/table (replay, lag) instead of live
+  int64_t page_after = 0;        // paging reads ids above this
+  int64_t held_at_horizon = -1;  // held back at this stream horizon (-1: not held)
+  int64_t ephemeral_noticed = 0; // evicted ephemeral ids up to here were announced
+  const cursor::StreamPosition &position() const { return synced ? st->pos : pos; }
+};
+
+// One SSE connection: the engine's side. The sink's side is reached through
+// `ref`, a handle valid until the engine releases it.
+struct Connection {
+  uint64_t id = 0;
+  SinkRef ref = nullptr;
+  bool multi = false;
+  bool live_only = false; // a drop policy applies to it (never to durable subscribers)
+  std::string subscriber;
+  int64_t opened_us = 0;
+  std::vector<Sub> subs;
+  bool paging_listed = false; // on Engine::paging_
+  bool overflow_noted = false;
+  // Durable subscribers: the token of each data frame pushed, by push index
+  // (1, 2, ...), oldest first; bounded: when it is full the oldest are
+  // forgotten and the stored cursor lags (never runs ahead of the socket).
+  uint64_t pushed = 0;
+  std::deque<std::pair<uint64_t, std::string>> pushed_tokens;
+  std::string written_token;
+};
+
+} // namespace pgbs::engine

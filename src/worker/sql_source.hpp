@@ -1,0 +1,43 @@
+// The engine's row source over SPI: every SQL statement the worker runs.
+// Each call is its own short transaction with a short lock_timeout and a
+// statement_timeout, so a locked queue table costs the loop milliseconds,
+// not the lock's duration; a failed call returns false and the engine tries
+// again later (docs/ARCHITECTURE.md, "SQL on the event loop").
+#pragma once
+#include "engine/interfaces.hpp"
+
+#include <string>
+#include <unordered_map>
+
+namespace pgbs::worker {
+
+class SqlRowSource : public engine::RowSource {
+public:
+  bool load_catalog(std::vector<engine::StreamInfo> *out) override;
+  bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
+                  std::vector<engine::Row> *out) override;
+  bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,
+                  std::vector<engine::Row> *out) override;
+  bool max_id(const engine::StreamInfo &s, int64_t *id) override;
+  bool nth_newest(const engine::StreamInfo &s, int64_t n, int64_t *id) override;
+  bool retention_floor(const engine::StreamInfo &s, int64_t *floor) override;
+  bool stored_cursors(const std::string &subscriber, const std::vector<std::string> &streams,
+                      std::vector<engine::StoredCursor> *out) override;
+  bool store_cursors(const std::vector<engine::StoredCursor> &cursors) override;
+  bool apply_retention(const engine::StreamInfo &s, int batch, int64_t *removed,
+                       int64_t *floor) override;
+  bool store_history(const std::vector<engine::HistoryRow> &rows) override;
+  bool prune_history(int64_t max_age_s) override;
+  // /healthz: can this worker still run a query?
+  bool probe();
+
+private:
+  bool rows(const engine::StreamInfo &s, const std::string &where, const std::vector<int64_t> *ids,
+            int64_t after, int64_t limit, std::vector<engine::Row> *out);
+  // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m, per stream
+  std::unordered_map<int64_t, std::string> rows_sql_;
+  // SELECT greatest(max(msg_id) of the queue, of the archive), per stream
+  std::unordered_map<int64_t, std::string> max_sql_;
+};
+
+} // namespace pgbs::worker
