@@ -13,6 +13,8 @@
 #   regress   make installcheck (pg_regress with a temporary instance)
 #   unit      make -C test/unit run             (if test/unit/Makefile exists)
 #   unit-san  make -C test/unit SAN=1 run       (same, clang + ASan/UBSan)
+#   engine    make -C test/engine run           (the delivery engine's seeded simulation:
+#             SIM_SEEDS seeds, 100000 by default, within SIM_SECONDS, 600)
 #   http      make -C test/http run             (if test/http/Makefile exists)
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
 #   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
@@ -27,7 +29,7 @@
 # $PGBUS_CHECK_DIR, else <repo>/test/t/tmp_check when that user can reach the
 # repository, else /tmp/pgbus_stream_check. Logs stay there after the run.
 #
-# Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
+# Environment: FUZZ_SECONDS (15), SIM_SEEDS, SIM_SECONDS, PROVE_TESTS (test files, default all),
 # PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
 # PG_CONFIG.
 set -uo pipefail
@@ -45,7 +47,7 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser logs)
+ALL_STAGES=(deps build install regress unit unit-san engine http fuzz tap browser logs)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
@@ -246,6 +248,7 @@ make_if_present() {
 
 stage_unit() { make_if_present test/unit run; }
 stage_unit_san() { make_if_present test/unit SAN=1 run; }
+stage_engine() { make_if_present test/engine run; }
 stage_http() { make_if_present test/http run; }
 stage_fuzz() { make_if_present test/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"; }
 stage_browser() {
@@ -336,6 +339,7 @@ else
 fi
 run_stage unit stage_unit
 run_stage unit-san stage_unit_san
+run_stage engine stage_engine
 run_stage http stage_http
 run_stage fuzz stage_fuzz
 if [ $BUILD_OK -eq 1 ]; then

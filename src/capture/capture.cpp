@@ -159,8 +159,8 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   if (msg_id <= ts->floor)
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("pgbus_stream: msg_id " INT64_FORMAT
-                    " is not above " INT64_FORMAT ", the highest id already committed to this stream",
+             errmsg("pgbus_stream: msg_id " INT64_FORMAT " is not above " INT64_FORMAT
+                    ", the highest id already committed to this stream",
                     msg_id, ts->floor),
              errdetail("Subscribers may already have been told that every id up to " INT64_FORMAT
                        " was delivered.",

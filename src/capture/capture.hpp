@@ -1,5 +1,5 @@
 // Producer side: the capture triggers and transaction callbacks that turn
-// committed inserts into ring records (DESIGN §3).
+// committed inserts into ring records (docs/ARCHITECTURE.md, "Data path").
 #pragma once
 
 namespace pgbs::capture {

@@ -1,4 +1,4 @@
-// Cursor tokens (DESIGN §3.1): parsing is strict about anything ambiguous
+// Cursor tokens (docs/ARCHITECTURE.md, "The horizon"): parsing is strict about anything ambiguous
 // (signs, overlap, descending ranges, ranges at or below the horizon) and
 // lenient only where the meaning is unique: a range adjacent to the previous
 // one or to the horizon, and "a-a", are accepted and normalised, and leading

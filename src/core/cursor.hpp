@@ -1,5 +1,5 @@
 // Cursor tokens: the SSE `id:` that says exactly what a client has seen
-// (DESIGN §3.1). Pure C++, no PostgreSQL.
+// (docs/ARCHITECTURE.md, "The horizon"). Pure C++, no PostgreSQL.
 //
 // Per stream the state is a horizon H (every msg_id <= H has been delivered or
 // will never be visible) plus the ids delivered above H, kept as ranges.
@@ -25,7 +25,7 @@
 
 namespace pgbs::cursor {
 
-constexpr size_t kMaxTokenBytes = 255;  // one stream's position stays under 256 bytes
+constexpr size_t kMaxTokenBytes = 255;   // one stream's position stays under 256 bytes
 constexpr size_t kMaxCursorBytes = 8192; // a whole cursor (several streams)
 
 // What a client has seen of one stream.

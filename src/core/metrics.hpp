@@ -21,7 +21,7 @@ struct StreamFigures {
   int64_t failed = 0;
   int64_t bytes_sent = 0;
   int64_t newest_id = 0;
-  int64_t horizon = 0;          // this worker's horizon for the stream
+  int64_t horizon = 0; // this worker's horizon for the stream
   bool has_latency = false;
   double latency_p50_ms = 0, latency_p99_ms = 0;
   uint64_t latency_buckets[kLatencyBuckets] = {}; // since start (only grows), commit -> queued

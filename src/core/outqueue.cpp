@@ -1,4 +1,4 @@
-// A connection's bounded outbound queue (DESIGN §4).
+// A connection's bounded outbound queue (docs/ARCHITECTURE.md, "Delivery").
 //
 // bytes() counts whole data frames until their last byte is copied out, so a
 // partially written frame still counts: its memory is held until then. A

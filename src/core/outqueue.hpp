@@ -1,5 +1,5 @@
-// A connection's bounded outbound queue and its overflow policy (DESIGN §4).
-// Pure C++, no PostgreSQL.
+// A connection's bounded outbound queue and its overflow policy (docs/ARCHITECTURE.md, "Delivery:
+// live, lag and replay"). Pure C++, no PostgreSQL.
 #pragma once
 #include "core/no_postgres.hpp"
 

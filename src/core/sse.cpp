@@ -1,4 +1,4 @@
-// SSE frame encoding (pgbus wire format, DESIGN §5).
+// SSE frame encoding (pgbus wire format, README "Wire format").
 //
 // Every data line is written as "data: <line>\n", an empty line included
 // ("data: \n"): one prefix for all lines keeps the loop branch-free, and a

@@ -1,4 +1,4 @@
-// SSE frame encoding (pgbus wire format, DESIGN §5). Pure C++, no PostgreSQL.
+// SSE frame encoding (pgbus wire format, README "Wire format"). Pure C++, no PostgreSQL.
 #pragma once
 #include "core/no_postgres.hpp"
 

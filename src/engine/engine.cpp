@@ -282,6 +282,13 @@ void Engine::unread(Stream &st, int64_t id) {
   st.pos.add(id);
   st.token_stale = true;
   st.tail_drop(id);
+  remember_unread(st, id);
+}
+
+void Engine::remember_unread(Stream &st, int64_t id) {
+  st.unread.insert(id);
+  if (st.unread.size() > 10000)
+    st.unread.erase(st.unread.begin());
 }
 
 // The ring says the row was committed, the table no longer has it (deleted
@@ -294,6 +301,7 @@ void Engine::deleted(Stream &st, int64_t id) {
     for (size_t k = 0; k < c->subs.size(); ++k)
       if (c->subs[k].st == &st && !c->subs[k].position().covers(id))
         notice(*c, k, "\"reason\":\"deleted\",\"ids\":[" + std::to_string(id) + "]");
+  remember_unread(st, id); // for those that page past it later
   st.pos.add(id);
   st.token_stale = true;
   flush_stats(st, 0);

@@ -127,6 +127,7 @@ private:
   void drop_stream(int64_t id, const char *reason);
   void dispatch(Stream &st, const Row &row);
   void unread(Stream &st, int64_t id);
+  void remember_unread(Stream &st, int64_t id);
   void deleted(Stream &st, int64_t id);
   void ephemeral_lost(Stream &st, uint64_t lost);
   void advance_horizons(const HorizonBounds &b);

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +55,11 @@ struct Stream {
   int64_t lost_upto = 0;
   bool first_bounds = false;      // no round has bounded this stream yet
   int ephemeral_floor_rounds = 0; // rounds that still raise evicted_floor after a loss
-  int64_t retry_at_us = 0;        // a table read failed: none before this
+  // Ids the ring said were committed and that are not known to be in the
+  // table (a read failed, or it missed them): a page that passes one the
+  // table does not return announces it as deleted. Bounded (oldest dropped).
+  std::set<int64_t> unread;
+  int64_t retry_at_us = 0; // a table read failed: none before this
   int64_t backoff_us = 0;
 
   const std::string &token_of() const {

@@ -48,7 +48,7 @@ struct Config {
   // libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT).
   // A request's head must fit in about 45 % of it (measured with 0.9.75: 4 kB
   // serves a 1.5 kB cookie, 16 kB a 7 kB one, 32 kB a 16 kB one; beyond: 431),
-  // it bounds one coalesced write to an SSE socket (HTTP/1.1, DESIGN §8), and
+  // it bounds one coalesced write to an SSE socket (HTTP/1.1, docs/ARCHITECTURE.md "HTTP: direct writes"), and
   // it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per
   // idle stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
   size_t connection_memory_limit = 16 * 1024;

@@ -93,7 +93,7 @@ struct Conn {
   std::string gap_resume;             // id before the first drop the next notice reports
   bool gap_resume_set = false;
 
-  // Direct writes (DESIGN §8): once its head and first frames went out
+  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames went out
   // through MHD and its queue ran empty, a stream stays suspended in MHD and
   // the server writes its chunks to the socket itself, one send per
   // connection per round; MHD gets it back only to end it.

@@ -124,6 +124,7 @@ void shmem_startup() {
       pg_atomic_init_u64(&s->streams[i].max_committed, 0);
       pg_atomic_init_u64(&s->streams[i].events, 0);
       pg_atomic_init_u32(&s->streams[i].subscriber_workers, 0);
+      pg_atomic_init_u64(&s->streams[i].ephemeral_seq, 0);
       init_stream_stats(&s->streams[i].stats);
     }
     for (int i = 0; i < s->nslots; i++) {
@@ -177,6 +178,7 @@ StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create) {
     pg_atomic_write_u64(&slot->max_committed, 0);
     pg_atomic_write_u64(&slot->events, 0);
     pg_atomic_write_u32(&slot->subscriber_workers, 0);
+    pg_atomic_write_u64(&slot->ephemeral_seq, 0);
     init_stream_stats(&slot->stats);
     pg_write_barrier();
     slot->stream_id = stream_id;

@@ -175,6 +175,10 @@ OutQueue::PushResult Sink::push(engine::SinkRef ref, OutFrame frame) {
   SimConn *c = static_cast<SimConn *>(ref);
   if (c->closed)
     return OutQueue::PushResult::DroppedNewest;
+  if (w_.trace && !frame.control)
+    w_.log("push to " + std::to_string(c->id) + ": " +
+           (frame.head.empty() ? frame.body->substr(0, frame.body->find('\n')) : frame.head) + " " +
+           frame.body->substr(frame.body->find("data: ") + 6, 8));
   return c->queue.push(std::move(frame));
 }
 uint64_t Sink::written(engine::SinkRef ref) const { return static_cast<SimConn *>(ref)->written; }
@@ -558,12 +562,13 @@ void World::frame(Client &c, const std::string &text) {
                 std::to_string(msg) + " twice");
   }
   // Never after a row both committed and numbered after it.
-  // (A row a consumer deleted may still come from memory after the table
-  // skipped it: no order between it and others.)
+  // (A row deleted or removed by retention may still come from memory after
+  // the table skipped it: no order between it and others.)
   const uint64_t mine = streams[s].commit_no[msg];
   for (int64_t x : c.got[s])
     if (x > msg && streams[s].commit_no[x] > mine && !streams[s].deleted.count(msg) &&
-        !streams[s].deleted.count(x))
+        !streams[s].deleted.count(x) && !streams[s].retained_away.count(msg) &&
+        !streams[s].retained_away.count(x))
       return fail("client " + std::to_string(c.index) + " got " + streams[s].name + ":" +
                   std::to_string(msg) + " after " + std::to_string(x) +
                   ", which was committed and numbered after it");

@@ -1,5 +1,5 @@
 # 030_hostile: what a hostile or broken client (or producer) can throw at the
-# listener, on a real node with real sockets. DESIGN §7 items 3 and 5.
+# listener, on a real node with real sockets. README "Status codes" and "Guarantees".
 #
 # A. Connection flood: max_connections = 20. 25 sequential SSE connections:
 #    20 get 200, 5 get 503 + Retry-After; a burst of requests written all at

@@ -1,5 +1,5 @@
-# 031_slow_clients: clients that stop reading (DESIGN §4 "slow clients are
-# evicted by policy, not waited on", §7 items 2 and 3).
+# 031_slow_clients: clients that stop reading (docs/ARCHITECTURE.md,
+# "Delivery: live, lag and replay").
 #
 # For each overflow_policy (a fresh node each, so that the memory baseline is
 # clean): five clients connect and then never read (their kernel buffers fill
@@ -15,10 +15,13 @@
 #    doubles it) for each stalled socket (/proc/net/tcp tx_queue), not the
 #    4 MB that autotuning would allow;
 #  - then the first stalled client reads:
+#      lag (the default): it gets every broadcast, in order, once, and no
+#        gap notice; nothing was dropped;
 #      drop_oldest / drop_newest: it gets pgbus:gap-detected notices, its
 #        frames are in order without duplicates, what it got plus what the
-#        notices say was dropped is exactly $N, and a reconnect with the last
-#        id before the first gap gets every message after it exactly once;
+#        notices say was dropped is exactly $N, the first notice's "resume"
+#        cursor names the last frame it received (or where it started), and
+#        a reconnect with it gets every message after it exactly once;
 #      disconnect: the server closed it (no gap notice); a reconnect with its
 #        last id gets every missed message exactly once.
 use strict;
@@ -32,6 +35,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 use PgbusNode qw(parse_token token_le);
+use PsqlSession;
 
 $SIG{PIPE} = 'IGNORE';
 
@@ -87,39 +91,6 @@ sub send_queues
 	return \%q;
 }
 my $SNDBUF_BOUND = 2 * 131072 + 65536;    # doubled SO_SNDBUF plus slack
-
-# A psql session fed one statement at a time (quiet: no per-query log lines).
-sub psql_session
-{
-	my ($pg) = @_;
-	my %s = (in => '', out => '', err => '', n => 0, timer => IPC::Run::timeout(60));
-	$s{h} = IPC::Run::start([ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $pg->connstr('postgres') ],
-		'<', \$s{in}, '>', \$s{out}, '2>', \$s{err}, $s{timer});
-	return \%s;
-}
-
-# session_query runs one statement and returns its output once psql has
-# printed it (the statement has committed).
-sub session_query
-{
-	my ($s, $sql) = @_;
-	my $mark = 'pgbus-done-' . ++$s->{n};
-	$s->{out} = '';
-	$s->{in} .= "$sql;\n\\echo $mark\n";
-	$s->{timer}->start(30);
-	$s->{h}->pump while $s->{out} !~ /^\Q$mark\E$/m;
-	die "psql: $s->{err}" if $s->{err} =~ /ERROR/;
-	return $s->{out} =~ s/\Q$mark\E\n//r;
-}
-
-sub session_end
-{
-	my ($s) = @_;
-	$s->{in} .= "\\q\n";
-	$s->{timer}->start(30);
-	$s->{h}->finish;
-	return;
-}
 
 sub proc_status
 {
@@ -201,7 +172,7 @@ sub reconnect_check
 
 my %measured;
 
-for my $policy (qw(drop_oldest drop_newest disconnect))
+for my $policy (qw(lag drop_oldest drop_newest disconnect))
 {
 	note("==== overflow_policy = $policy");
 	my $pg = PgbusNode->new(
@@ -242,7 +213,7 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 	my $psql = psql_session($pg);
 	my (@lat, @rss, $max_q_bytes, $max_q_events, @over_bound);
 	my $max_sendq = 0;
-	my $worst_state = '';
+	my $stalled_rows = 0; # rows of connections() that were stalled clients
 	my $normal_ok = 1;
 	my $t_start = time;
 	for my $i (1 .. $N)
@@ -270,6 +241,7 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 				my ($addr, $qe, $qb, $dropped, $state) = split /\|/, $row;
 				my ($p) = $addr =~ /:(\d+)$/;
 				next unless $p && $stalled_port{$p};
+				$stalled_rows++;
 				$max_q_bytes = $qb if !defined $max_q_bytes || $qb > $max_q_bytes;
 				$max_q_events = $qe if !defined $max_q_events || $qe > $max_q_events;
 				push @over_bound, "after $i: $addr queued $qe events, $qb bytes"
@@ -297,6 +269,8 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 		$policy, $p50, $p99, $pmax));
 	note(sprintf('%s: %d broadcasts of %d kB in %.1f s', $policy, $N, $PAYLOAD / 1024, $t_total));
 
+	# (under disconnect the stalled connections may be gone before the first look)
+	ok($stalled_rows > 0 || $policy eq 'disconnect', "$policy: connections() listed the stalled connections ($stalled_rows rows)");
 	ok(!@over_bound, "$policy: stalled connections stay within queue_max_bytes + one frame and queue_max_events")
 	  or diag(join("\n", @over_bound));
 	# (under disconnect the stalled sockets may be gone before the first look)
@@ -348,8 +322,19 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 
 		reconnect_check($pg, $last, $k + 1, "$policy: reconnect with the last id");
 	}
+	elsif ($policy eq 'lag')
+	{
+		ok($s->wait_for_data_events($N, 60), "$policy: the stalled client, reading again, gets every broadcast");
+		$s->poll(0.5);
+		exactly_range([ $s->data_events ], 1, $N, "$policy: stalled client");
+		ok(!grep({ ($_->{event} // '') eq 'pgbus:gap-detected' } $s->events), "$policy: no gap notice");
+		ok(!$s->closed, "$policy: and stays connected");
+		$measured{$policy}{stalled_got} = scalar $s->data_events;
+		$measured{$policy}{stalled_dropped} = 0;
+	}
 	else
 	{
+		my ($stalled_since) = $s->body =~ /since_id=(\S+)/;
 		my $accounted = sub {
 			my $n = 0;
 			for my $e ($_[0]->events)
@@ -371,7 +356,7 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 		for my $g (@gaps)
 		{
 			my ($n) = ($g->{data} // '') =~ /"dropped":(\d+)/;
-			like($g->{data} // '', qr/^\{"reason":"overflow","dropped":\d+,"resume":("[A-Za-z0-9._~:,-]+"|null)\}$/,
+			like($g->{data} // '', qr/^\{"reason":"overflow","dropped":\d+,"resume":"[A-Za-z0-9._~:,-]+"\}$/,
 				"$policy: gap notice is JSON with the cursor to resume from: $g->{data}");
 			is($g->{id}, undef, "$policy: gap notice carries no id");
 			$dropped += $n // 0;
@@ -394,12 +379,17 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 		}
 
 		# Recovery: the first notice's "resume" cursor is the id of the last
-		# frame before the first dropped one; reconnecting with it gets the rest.
+		# frame the client received before the first dropped one (or, when
+		# none had been written yet, where the client started); reconnecting
+		# with it gets the rest.
 		my ($resume) = ($gaps[0]{data} // '') =~ /"resume":"([^"]+)"/;
-		my ($before) = grep { defined $resume && ($_->{id} // '') eq $resume } @data;
-		ok(!defined $resume || $before, "$policy: the resume cursor is the id of a frame the client received");
+		ok(defined $resume, "$policy: the first notice names a resume cursor");
+		$resume //= '';
+		my ($before) = grep { ($_->{id} // '') eq $resume } @data;
+		ok($before || $resume eq ($stalled_since // ''),
+			"$policy: the resume cursor ($resume) is the id of a frame the client received, or where it started");
 		my $k = $before ? msg_index($before) : 0;
-		reconnect_check($pg, $resume // $since, $k + 1, "$policy: reconnect with the notice's resume cursor");
+		reconnect_check($pg, $resume, $k + 1, "$policy: reconnect with the notice's resume cursor");
 	}
 
 	# The other stalled clients: still bounded, or closed under disconnect.
@@ -409,7 +399,8 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 	my @w = split /\|/, $pg->safe_psql('postgres',
 		'SELECT delivered, overflow_dropped FROM pgbus_stream.workers()');
 	note("$policy: workers(): delivered $w[0], overflow_dropped $w[1]");
-	ok($w[1] > 0, "$policy: workers() counted overflow drops ($w[1])") if $policy ne 'disconnect';
+	if ($policy eq 'lag') { is($w[1], 0, "$policy: workers() counted no overflow drop") }
+	elsif ($policy ne 'disconnect') { ok($w[1] > 0, "$policy: workers() counted overflow drops ($w[1])") }
 	$pg->finish;
 }
 
