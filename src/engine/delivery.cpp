@@ -194,8 +194,7 @@ bool Engine::page(Connection &c, size_t k) {
     return false; // ephemeral broadcasts may be lost: known after the next drain, announced first
   const size_t page = std::max<size_t>(1, std::min(cfg_.replay_page_size, cfg_.queue_max_events));
   std::vector<Stream::TailRow> items;
-  bool rows_beyond = false, wait_horizon = false;
-  int64_t known = INT64_MAX; // table rows above this are left for later
+  bool wait = false; // the table holds a row that must come later
   if (sub.page_after >= st.tail_floor && !st.tail_unknown) {
     for (auto it = st.tail.upper_bound(sub.page_after); it != st.tail.end() && items.size() < page;
          ++it)
@@ -225,38 +224,23 @@ bool Engine::page(Connection &c, size_t k) {
              "\"reason\":\"retention\",\"oldest\":" +
                  (rows.empty() ? std::string("null") : std::to_string(rows[0].msg_id)));
     }
-    // Rows the ring has not brought yet come live, in commit order, after
-    // the ones committed before them: the table gives only what is known.
-    // A row the ring may have lost (up to lost_upto) waits until the
-    // horizon passes it (its producer is done), then it is paged.
-    known = std::max(st.pos.highest(), st.pos.horizon);
-    // Committed ids the table no longer has in the span this page covers.
-    const int64_t span_end = rows.size() < page ? known : rows.back().msg_id;
-    std::string gone;
-    for (auto it = st.unread.upper_bound(sub.page_after);
-         it != st.unread.end() && *it <= span_end && gone.size() < 2000; ++it) {
-      bool found = false;
-      for (const Row &r : rows)
-        found |= r.msg_id == *it;
-      if (!found && !sub.pos.covers(*it))
-        gone += (gone.empty() ? "" : ",") + std::to_string(*it);
-    }
-    if (!gone.empty())
-      notice(c, k, "\"reason\":\"deleted\",\"ids\":[" + gone + "]");
+    // A row the ring has not brought yet (committed after rows still in the
+    // ring, or lost with ring events and not yet passed by the horizon) is
+    // not sent from the table: it waits, so that it never comes before a row
+    // committed earlier. Below the horizon every row is settled.
     for (Row &r : rows) {
-      if (r.msg_id <= known) {
+      if (r.msg_id <= st.pos.horizon || st.pos.covers(r.msg_id)) {
         items.push_back({std::move(r), nullptr});
         continue;
       }
-      rows_beyond = true;
-      wait_horizon |= r.msg_id <= st.lost_upto;
+      wait = true;
       break;
     }
   }
-  const bool last_page = (items.size() < page || rows_beyond) && !wait_horizon;
-  const int64_t upto = rows_beyond || wait_horizon ? known
-                       : last_page                 ? INT64_MAX
-                                                   : items.back().row.msg_id;
+  const bool last_page = items.size() < page && !wait;
+  const int64_t upto = wait && items.empty() ? sub.page_after
+                       : wait || !last_page  ? items.back().row.msg_id
+                                             : INT64_MAX;
   // Ephemeral broadcasts: merged in while held, announced when gone.
   const size_t durable = items.size();
   for (const Row &e : st.ephemeral)
@@ -293,8 +277,6 @@ bool Engine::page(Connection &c, size_t k) {
     }
   }
   flush_stats(st, 0);
-  if (wait_horizon)
-    sub.held_at_horizon = st.pos.horizon;
   if (!last_page)
     return false;
   // Caught up with everything visible: from here the live path feeds it.
