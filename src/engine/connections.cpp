@@ -154,6 +154,13 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
       }
     } else {
       sub.pos = st.pos; // from now on
+      if (sub.pos.encoded_size() > cfg_.max_token_bytes) {
+        // The stream's own position names more ids above its horizon than a
+        // token may: start at the horizon and page the rest (recent rows).
+        sub.pos = cursor::StreamPosition();
+        sub.pos.epoch = st.info.id;
+        sub.pos.advance(st.pos.horizon);
+      }
     }
     // Retention is checked on the first page read from the table (with the
     // floor as stored in the catalog, whichever worker moved it).
@@ -175,7 +182,8 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
   c->ref = sink_.open(c->id, std::move(preamble), since);
   if (c->ref == nullptr)
     return true;
-  c->live_only = cfg_.overflow_policy != OverflowPolicy::Lag && c->subscriber.empty();
+  c->live_only =
+      cfg_.overflow_policy != OverflowPolicy::Lag && c->subscriber.empty(); // see configure()
   c->opened_us = now_us_;
   obs_.diagnostic(c->id, "subscribed", names,
                   "since=" + since + (c->subscriber.empty() ? "" : " subscriber=" + c->subscriber) +

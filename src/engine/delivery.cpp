@@ -10,7 +10,7 @@
 namespace pgbs::engine {
 namespace {
 
-constexpr size_t kIdLine = 64; // what an id line adds to a frame, at most (room checks)
+constexpr size_t kIdLine = 64; // an id line, for a first room check (deliver() checks exactly)
 constexpr int kPagesPerCall = 4;
 
 std::string control_event(const std::string &event, const std::string &json) {
@@ -136,19 +136,23 @@ bool Engine::deliver(Connection &c, size_t k, const Row &row,
       sub.pos.add(row.msg_id);
     return true;
   }
-  // Lag: a frame that does not fit waits; paging sends it when the socket drained.
-  if (lags(c) && !room(c, body->size() + kIdLine)) {
-    if (sub.synced) {
+  // Lag: a frame that does not fit waits; paging sends it when the socket
+  // drained. The subscription's position is as before this row.
+  auto wait = [&](cursor::StreamPosition *before) {
+    if (sub.synced)
       sub.pos = st.pos_before;
-      sub.synced = false;
-    }
+    else if (before)
+      sub.pos = std::move(*before);
+    sub.synced = false;
     counters_.deferred++;
     demote(c, k, row.msg_id);
     return false;
-  }
+  };
   // Fast path: a single-stream subscription in step with its stream shares
   // one encoded frame (id line included) with every such connection.
   if (sub.synced && !c.multi && shared_frame && c.subscriber.empty()) {
+    if (lags(c) && !room(c, (*shared_frame)->size()))
+      return wait(nullptr);
     OutFrame f;
     f.body = *shared_frame;
     push(c, std::move(f), true);
@@ -173,11 +177,18 @@ bool Engine::deliver(Connection &c, size_t k, const Row &row,
     return false;
   }
   std::string token = conn_token(c);
+  if (lags(c) && !room(c, token.size() + 5 + body->size()))
+    return wait(&before);
   OutFrame f;
   f.head.reserve(token.size() + 5);
   f.head.append("id: ").append(token).append("\n");
   f.body = body;
-  if (push(c, std::move(f), true) && !c.subscriber.empty()) {
+  if (!push(c, std::move(f), true)) {
+    if (lags(c)) // (cannot happen: room was checked) never counted as sent
+      return wait(&before);
+    return true;
+  }
+  if (!c.subscriber.empty()) {
     if (c.pushed_tokens.size() >= 2 * cfg_.queue_max_events + 16)
       c.pushed_tokens.pop_front(); // the stored cursor lags a little; it never runs ahead
     c.pushed_tokens.emplace_back(c.pushed, std::move(token));
@@ -224,6 +235,20 @@ bool Engine::page(Connection &c, size_t k) {
              "\"reason\":\"retention\",\"oldest\":" +
                  (rows.empty() ? std::string("null") : std::to_string(rows[0].msg_id)));
     }
+    // Committed ids the table no longer has in the span this page covers.
+    const int64_t span_end =
+        rows.size() < page ? std::max(st.pos.highest(), st.pos.horizon) : rows.back().msg_id;
+    std::string gone;
+    for (auto it = st.unread.upper_bound(sub.page_after);
+         it != st.unread.end() && *it <= span_end && gone.size() < 2000; ++it) {
+      bool found = false;
+      for (const Row &r : rows)
+        found |= r.msg_id == *it;
+      if (!found && !sub.pos.covers(*it))
+        gone += (gone.empty() ? "" : ",") + std::to_string(*it);
+    }
+    if (!gone.empty())
+      notice(c, k, "\"reason\":\"deleted\",\"ids\":[" + gone + "]");
     // A row the ring has not brought yet (committed after rows still in the
     // ring, or lost with ring events and not yet passed by the horizon) is
     // not sent from the table: it waits, so that it never comes before a row

@@ -36,7 +36,12 @@ Engine::~Engine() {
     closed(id);
 }
 
-void Engine::configure(const Config &cfg) { cfg_ = cfg; }
+// A new overflow policy applies to open connections too (from their next frame).
+void Engine::configure(const Config &cfg) {
+  cfg_ = cfg;
+  for (auto &[id, c] : conns_)
+    c->live_only = cfg_.overflow_policy != OverflowPolicy::Lag && c->subscriber.empty();
+}
 
 bool Engine::knows(int64_t stream_id) const { return streams_.count(stream_id) != 0; }
 

@@ -233,4 +233,7 @@ private:
   int64_t now_us_ = 1000;
 };
 
+// The stream of the world with this catalog id (nullptr when none).
+SimStream *by_id(World &w, int64_t id);
+
 } // namespace sim

@@ -35,6 +35,7 @@ my $pg = PgbusNode->new(
 	'reload', conf => q{
 pgbus_stream.queue_max_events = 16
 pgbus_stream.queue_max_bytes = 262144
+pgbus_stream.overflow_policy = drop_oldest
 });
 $pg->create_stream('r');
 my ($pid0) = $pg->worker_pids;
@@ -178,7 +179,7 @@ $s->close;
 ok(!$a->closed, 'A is still connected');
 is(connected_frames($a), 1, 'A: still one pgbus:connected');
 
-reload(overflow_policy => undef);    # back to the configured default (drop_oldest)
+reload(overflow_policy => undef);    # back to the configured drop_oldest
 sleep 0.5;
 my $s2 = $pg->sse('/streams/r');
 is($s2->status, 200, 'stalled client S2 connected (drop_oldest again)');

@@ -1,0 +1,180 @@
+// The simulated world's row source, sink and observer: the engine's three
+// interfaces over the world's tables, sockets and counters (sim_world.hpp).
+#include "sim_world.hpp"
+
+#include <algorithm>
+
+namespace sim {
+
+// ---- row source --------------------------------------------------------------
+
+bool Source::ok(int64_t stream_id) {
+  if (stream_id >= 0 && w_.locked.count(stream_id))
+    return false;
+  return !w_.ch.chance(w_.fail_percent);
+}
+
+bool Source::load_catalog(std::vector<engine::StreamInfo> *out) {
+  if (!ok(-1))
+    return false;
+  for (const SimStream &s : w_.streams) {
+    engine::StreamInfo si;
+    si.id = s.id;
+    si.name = s.name;
+    si.has_retention = true;
+    si.retention_floor = s.retention_floor;
+    si.max_committed = s.table.empty() ? 0 : s.table.rbegin()->first;
+    out->push_back(si);
+  }
+  return true;
+}
+
+SimStream *by_id(World &w, int64_t id) {
+  for (SimStream &s : w.streams)
+    if (s.id == id)
+      return &s;
+  return nullptr;
+}
+
+bool Source::rows_by_id(const engine::StreamInfo &si, const std::vector<int64_t> &ids,
+                        std::vector<engine::Row> *out) {
+  if (!ok(si.id))
+    return false;
+  SimStream *s = by_id(w_, si.id);
+  for (int64_t id : ids) {
+    auto it = s->table.find(id);
+    if (it != s->table.end())
+      out->push_back(it->second);
+  }
+  return true;
+}
+
+bool Source::rows_after(const engine::StreamInfo &si, int64_t after, int64_t limit,
+                        std::vector<engine::Row> *out) {
+  if (!ok(si.id))
+    return false;
+  SimStream *s = by_id(w_, si.id);
+  for (auto it = s->table.upper_bound(after); it != s->table.end() && (int64_t)out->size() < limit;
+       ++it)
+    out->push_back(it->second);
+  return true;
+}
+
+bool Source::max_id(const engine::StreamInfo &si, int64_t *id) {
+  if (!ok(si.id))
+    return false;
+  SimStream *s = by_id(w_, si.id);
+  *id = s->table.empty() ? 0 : s->table.rbegin()->first;
+  return true;
+}
+
+bool Source::nth_newest(const engine::StreamInfo &si, int64_t n, int64_t *id) {
+  if (!ok(si.id))
+    return false;
+  SimStream *s = by_id(w_, si.id);
+  *id = 0;
+  int64_t k = 0;
+  for (auto it = s->table.rbegin(); it != s->table.rend() && k < n; ++it, ++k)
+    *id = it->first;
+  return true;
+}
+
+bool Source::retention_floor(const engine::StreamInfo &si, int64_t *floor) {
+  if (!ok(si.id))
+    return false;
+  *floor = by_id(w_, si.id)->retention_floor;
+  return true;
+}
+
+bool Source::stored_cursors(const std::string &subscriber, const std::vector<std::string> &names,
+                            std::vector<engine::StoredCursor> *out) {
+  if (!ok(-1))
+    return false;
+  for (const std::string &n : names) {
+    auto it = w_.stored.find({subscriber, n});
+    if (it != w_.stored.end())
+      out->push_back({subscriber, n, it->second});
+  }
+  return true;
+}
+
+bool Source::store_cursors(const std::vector<engine::StoredCursor> &cursors) {
+  if (!ok(-1))
+    return false;
+  for (const engine::StoredCursor &c : cursors)
+    w_.stored[{c.subscriber, c.stream}] = c.cursor;
+  return true;
+}
+
+bool Source::apply_retention(const engine::StreamInfo &si, int batch, int64_t *removed,
+                             int64_t *floor) {
+  if (!ok(si.id))
+    return false;
+  SimStream *s = by_id(w_, si.id);
+  // Keeps the newest 6 rows.
+  *removed = 0;
+  while ((int64_t)s->table.size() > 6 && *removed < batch) {
+    const int64_t id = s->table.begin()->first;
+    s->table.erase(s->table.begin());
+    s->retained_away.insert(id);
+    s->retention_floor = std::max(s->retention_floor, id);
+    ++*removed;
+  }
+  *floor = s->retention_floor;
+  return true;
+}
+
+uint64_t Obs::ephemeral_seq(void *stream) {
+  SimStream *s = by_id(w_, (int64_t) reinterpret_cast<intptr_t>(stream));
+  return s ? s->ephemeral_seq : 0;
+}
+
+// ---- sink ----------------------------------------------------------------------
+
+void Sink::reject(uint64_t, int status, const std::string &reason) {
+  if (status != 503)
+    w_.fail("rejected " + std::to_string(status) + " " + reason);
+  w_.rejected++;
+}
+
+engine::SinkRef Sink::open(uint64_t conn_id, std::string preamble, const std::string &start_id) {
+  auto it = w_.conns.find(conn_id);
+  if (it == w_.conns.end())
+    return nullptr;
+  SimConn *c = it->second.get();
+  c->queue.set_start_id(start_id);
+  OutFrame f;
+  f.head = std::move(preamble);
+  f.control = true;
+  c->queue.push(std::move(f));
+  return c;
+}
+
+size_t Sink::queued_events(engine::SinkRef ref) const {
+  return static_cast<SimConn *>(ref)->queue.events();
+}
+size_t Sink::queued_bytes(engine::SinkRef ref) const {
+  return static_cast<SimConn *>(ref)->queue.bytes();
+}
+OutQueue::PushResult Sink::push(engine::SinkRef ref, OutFrame frame) {
+  SimConn *c = static_cast<SimConn *>(ref);
+  if (c->closed)
+    return OutQueue::PushResult::DroppedNewest;
+  if (w_.trace && !frame.control)
+    w_.log("push to " + std::to_string(c->id) + ": " +
+           (frame.head.empty() ? frame.body->substr(0, frame.body->find('\n')) : frame.head) + " " +
+           frame.body->substr(frame.body->find("data: ") + 6, 8));
+  return c->queue.push(std::move(frame));
+}
+uint64_t Sink::written(engine::SinkRef ref) const { return static_cast<SimConn *>(ref)->written; }
+void Sink::close(engine::SinkRef ref, const std::string &) {
+  static_cast<SimConn *>(ref)->closed = true;
+}
+void Sink::release(engine::SinkRef ref) {
+  SimConn *c = static_cast<SimConn *>(ref);
+  if (c->client && c->client->conn == c)
+    c->client->conn = nullptr;
+  w_.conns.erase(c->id);
+}
+
+} // namespace sim
