@@ -10,7 +10,7 @@
 #   deps      install missing Debian packages (apt; as root, or through sudo -n)
 #   build     make (and make -C test/e2e, the TAP tests' helper programs, if present)
 #   install   make install
-#   regress   make installcheck (pg_regress with a temporary instance)
+#   regress   make installcheck-temp (pg_regress with a temporary instance)
 #   unit      make -C test/unit run             (if test/unit/Makefile exists)
 #   unit-san  make -C test/unit SAN=1 run       (same, clang + ASan/UBSan)
 #   http      make -C test/http run             (if test/http/Makefile exists)
@@ -225,7 +225,7 @@ stage_regress() {
 	prepare_check_dir || return 1
 	local out=$CHECK_DIR/tree
 	as_test_user env PATH="$PGBIN:$PATH" \
-		make -C "$out" installcheck PG_CONFIG="$PG_CONFIG"
+		make -C "$out" installcheck-temp PG_CONFIG="$PG_CONFIG"
 	local rc=$?
 	if [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ]; then
 		echo "---- $out/regression.diffs (first 200 lines)"
