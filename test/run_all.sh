@@ -210,6 +210,9 @@ prepare_check_dir() {
 	rm -rf "$CHECK_DIR"
 	mkdir -p "$CHECK_DIR/tree/test" "$CHECK_DIR/tap" || return 1
 	(cd "$REPO" && cp -R Makefile ./*.control sql "$CHECK_DIR/tree/") || return 1
+	# release files, read by test/t/090_version.pl
+	mkdir -p "$CHECK_DIR/tree/debian" || return 1
+	(cd "$REPO" && cp META.json LICENSE README.md "$CHECK_DIR/tree/" && cp debian/changelog debian/control debian/control.in "$CHECK_DIR/tree/debian/") || return 1
 	[ -d "$REPO/expected" ] && cp -R "$REPO/expected" "$CHECK_DIR/tree/"
 	cp "$REPO/test/regress.conf" "$CHECK_DIR/tree/test/" 2>/dev/null
 	mkdir -p "$CHECK_DIR/tree/test/t" || return 1
