@@ -47,6 +47,10 @@ CREATE TABLE @extschema@.stream_stats (
   created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX ON @extschema@.stream_stats (created_at);
+-- The history is kept by pg_dump too, with its id sequence (else rows written
+-- after a restore would take the restored rows' ids).
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.stream_stats', '');
+SELECT pg_catalog.pg_extension_config_dump(pg_get_serial_sequence('@extschema@.stream_stats', 'id')::regclass, '');
 
 REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
 
