@@ -309,7 +309,7 @@ stage_package() {
 	deb=$dir/${pkg}_${version}_$arch.deb
 	rm -rf "$dir" && mkdir -p "$dir/src" "$dir/run" "$dir/log" || return 1
 	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
-		(cd "$REPO" && git ls-files -z -c -o --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$dir/src"
+		(cd "$REPO" && git ls-files -z -c -o --exclude-standard | tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$dir/src"
 	else
 		tar -C "$REPO" --exclude-vcs --exclude='*.o' --exclude='*.so' --exclude='.deps' \
 			--exclude='tmp_check*' --exclude='build' --exclude='node_modules' -cf - . | tar -xf - -C "$dir/src"

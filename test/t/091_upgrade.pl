@@ -190,8 +190,10 @@ SELECT line FROM (
                 c.relacl, c.reloptions)
     FROM pg_class c JOIN rels USING (oid)
   UNION ALL
-  SELECT format('column %s.%s %s not null %s default %s identity %s generated %s collation %s acl %s',
-                a.attrelid::regclass, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+  SELECT format('column %s.%s (position %s) %s not null %s default %s identity %s generated %s collation %s acl %s',
+                a.attrelid::regclass, a.attname,
+                row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum),  -- SELECT * order, holes left out
+                format_type(a.atttypid, a.atttypmod), a.attnotnull,
                 pg_get_expr(ad.adbin, ad.adrelid), a.attidentity, a.attgenerated, a.attcollation, a.attacl)
     FROM pg_attribute a JOIN rels r ON r.oid = a.attrelid
     LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
