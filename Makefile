@@ -24,9 +24,12 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-unused-parameter -Wno-
 SHLIB_LINK  = $(shell pkg-config --libs libmicrohttpd) -lstdc++
 EXTRA_CLEAN = tmp_check_regress results regression.diffs regression.out
 
-# Track header dependencies (.deps/); no LLVM bitcode for C++ sources.
+# Track header dependencies (.deps/); no LLVM bitcode for C++ sources; no
+# RUNPATH (libmicrohttpd is found on the system's library path, as packages
+# must).
 override autodepend = yes
 override with_llvm = no
+override enable_rpath = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
