@@ -17,7 +17,7 @@
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
 #   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
-#   package   dpkg-buildpackage -b in a copy of the tree, dpkg -i the .deb, plain
+#   package   dpkg-buildpackage -b in a copy of the tree, lintian, dpkg -i the .deb, plain
 #             make installcheck against a running server of Debian's PostgreSQL
 #             that preloads the installed library; then the package is purged
 #             and the files it replaced are put back (the later stages and the
@@ -57,7 +57,7 @@ ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser packa
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
 	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
 	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux
-	build-essential debhelper dpkg-dev postgresql-server-dev-all)
+	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian)
 
 ONLY=""
 SKIP=""
@@ -324,6 +324,8 @@ stage_package() {
 	fi
 	grep -E '^(test |# [0-9]|.* tests passed)' "$dir/log/build.txt" | sed 's/^/build-time check: /'
 	dpkg-deb -c "$deb" | awk '{ print "  " $NF }' | grep -v '/$'
+	echo "lintian $deb"
+	as_test_user lintian --fail-on error "$deb" || { echo "lintian found errors"; return 1; }
 
 	# What the package is about to replace, to put back afterwards.
 	local libdir sharedir was_installed=0 saved=()
