@@ -40,3 +40,8 @@ override CXXFLAGS := -O2 -g -fPIC $(PG_CXXFLAGS)
 .PHONY: installcheck-temp
 installcheck-temp:
 	$(MAKE) installcheck EXTRA_REGRESS_OPTS="$(EXTRA_REGRESS_OPTS) $(TEMP_INSTANCE_OPTS)"
+
+# make dist: the PGXN distribution of HEAD, pgbus_stream-<version>.zip.
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD

@@ -58,8 +58,17 @@ $alice->close;
 $reader->close;
 cmp_ok(wait_for($src, q{SELECT count(*) >= 3 FROM pgbus_stream.stream_stats WHERE event_type = 'broadcast'}, 't'),
 	'eq', 't', 'source: stream_stats has the broadcasts');
+# No more history from here on; the snapshot waits until what the workers
+# had collected is written (the count holds still for half a second).
 $src->safe_psql('postgres', q{ALTER SYSTEM SET pgbus_stream.stats_enabled = off; SELECT pg_reload_conf()});
-sleep 0.5;    # let the workers write out what they collected before the snapshot
+my ($count, $deadline) = ('', time + 10);
+while (time < $deadline)
+{
+	my $now = $src->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.stream_stats');
+	last if $now eq $count;
+	$count = $now;
+	sleep 0.5;
+}
 
 my %tables = (
 	streams => 'SELECT * FROM pgbus_stream.streams ORDER BY id',
