@@ -19,7 +19,8 @@
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
 #   package   dpkg-buildpackage -b in a copy of the tree, lintian, dpkg -i the .deb, plain
 #             make installcheck against a running server of Debian's PostgreSQL
-#             that preloads the installed library; then the package is purged
+#             that preloads the installed library, 001_basic and 091_upgrade on
+#             the installed files; then the package is purged
 #             and the files it replaced are put back (the later stages and the
 #             next run see what stage install left)
 #   logs      every server log of regress and tap: any "terminated by signal"
@@ -405,6 +406,17 @@ package_installcheck() {
 		rc=1
 	fi
 	as_test_user "$bindir/pg_ctl" -D "$dir/run/data" -m fast -w stop || rc=1
+	# The listener and the upgrade test on the installed files: the tap stage
+	# with this PostgreSQL's binaries and test modules, logs under $dir/tap.
+	local pgxs
+	pgxs=$(dirname "$(dirname "$(dirname "$("$pgc" --pgxs)")")")
+	mkdir -p "$dir/tap" && ln -sfn "$CHECK_DIR/tree" "$dir/tree" || return 1
+	[ $IS_ROOT -eq 1 ] && chown "$TEST_USER:" "$dir/tap"
+	(
+		PGBIN=$bindir PG_PERL=$pgxs/src/test/perl PG_REGRESS=$pgxs/src/test/regress/pg_regress
+		CHECK_DIR=$dir PROVE_TESTS="test/t/001_basic.pl test/t/091_upgrade.pl"
+		stage_tap
+	) || rc=1
 	return $rc
 }
 
