@@ -12,7 +12,8 @@
 # bodies and ACLs; tables, columns, constraints, indexes, triggers, policies,
 # sequences, config-dump registrations) must equal those of a fresh install
 # of default_version, and the triggers and queue tables of streams made
-# before the update must equal those of a stream made after it.
+# before the update must equal those of a stream made after it. Every other
+# version shipped must update to the same objects from an empty database.
 use strict;
 use warnings;
 
@@ -260,6 +261,18 @@ cmp_ok(scalar(grep { /^function / } @fresh), '>=', 20, 'the description lists th
 cmp_ok(scalar(grep { /^column / } @fresh), '>=', 20, 'the description lists the columns');
 same_lines(\@updated, \@fresh, 'updated database', 'fresh install',
 	"schema objects after ALTER EXTENSION UPDATE equal a fresh $target install");
+
+# Every other version shipped updates to the same objects, from an empty
+# database too.
+for my $v (split /\n/, $pg->safe_psql('postgres',
+	"SELECT version FROM pg_available_extension_versions WHERE name = 'pgbus_stream' AND version <> '$target'"))
+{
+	(my $db = "from_$v") =~ s/\W/_/g;
+	$pg->safe_psql('postgres', "CREATE DATABASE $db");
+	$pg->safe_psql($db, "CREATE EXTENSION pgbus_stream VERSION '$v'; ALTER EXTENSION pgbus_stream UPDATE");
+	same_lines([ split /\n/, $pg->safe_psql($db, $describe) ], \@fresh, "updated from $v", 'fresh install',
+		"an empty database made with $v updates to the objects of a fresh $target install");
+}
 
 # ---- objects made at run time: streams from before and after the update ----
 # A stream's triggers and (for create_stream's queues) its tables, with its
