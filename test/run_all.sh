@@ -17,12 +17,10 @@
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
 #   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
-#   package   dpkg-buildpackage -b in a copy of the tree, lintian, dpkg -i the .deb, plain
+#   package   bash test/package/run.sh: dpkg-buildpackage -b, lintian, dpkg -i,
 #             make installcheck against a running server of Debian's PostgreSQL
-#             that preloads the installed library, 001_basic and 091_upgrade on
-#             the installed files; then the package is purged
-#             and the files it replaced are put back (the later stages and the
-#             next run see what stage install left)
+#             preloading the installed library, 001_basic and 091_upgrade on
+#             the installed files, dpkg --purge (what it replaced is put back)
 #   logs      every server log of regress and tap: any "terminated by signal"
 #             fails, except kills a TAP test announced (<log>.expected_signals)
 #
@@ -293,131 +291,12 @@ stage_tap() {
 	return $rc
 }
 
-# stage_package: the Debian package, built from a copy of the tree (the build
-# writes next to its source and cleans it, which must touch neither the
-# repository nor the build stage's objects), installed on the machine and
-# tested where it installs: Debian's PostgreSQL $PG_MAJOR, whatever PG_CONFIG
-# says. The package's files replace those of any earlier make install there;
-# those are saved first and put back after the purge.
+# stage_package: test/package/run.sh (the Debian package built, installed,
+# tested against its installed files and removed; the files it replaced are
+# put back), in the check directory.
 stage_package() {
-	local pgc=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
-	[ -x "$pgc" ] || { echo "$pgc not found (Debian's postgresql-server-dev-$PG_MAJOR)"; return 1; }
 	prepare_check_dir || return 1
-	local dir=$CHECK_DIR/package version arch pkg deb rc
-	version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$REPO/pgbus_stream.control")
-	arch=$(dpkg --print-architecture)
-	pkg=postgresql-$PG_MAJOR-pgbus-stream
-	deb=$dir/${pkg}_${version}_$arch.deb
-	rm -rf "$dir" && mkdir -p "$dir/src" "$dir/run" "$dir/log" || return 1
-	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
-		(cd "$REPO" && git ls-files -z -c -o --exclude-standard | tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$dir/src"
-	else
-		tar -C "$REPO" --exclude-vcs --exclude='*.o' --exclude='*.so' --exclude='.deps' \
-			--exclude='tmp_check*' --exclude='build' --exclude='node_modules' -cf - . | tar -xf - -C "$dir/src"
-	fi || return 1
-	echo "building $deb"
-	(cd "$dir/src" && dpkg-buildpackage -b -uc -us) >"$dir/log/build.txt" 2>&1
-	rc=$?
-	if [ $rc -ne 0 ] || [ ! -f "$deb" ]; then
-		echo "dpkg-buildpackage failed (exit $rc); last lines of $dir/log/build.txt:"
-		tail -n 60 "$dir/log/build.txt"
-		return 1
-	fi
-	grep -E '^(test |# [0-9]|.* tests passed)' "$dir/log/build.txt" | sed 's/^/build-time check: /'
-	dpkg-deb -c "$deb" | awk '{ print "  " $NF }' | grep -v '/$'
-	echo "lintian $deb"
-	as_test_user lintian --fail-on error "$deb" || { echo "lintian found errors"; return 1; }
-
-	# What the package is about to replace, to put back afterwards.
-	local libdir sharedir was_installed=0 saved=()
-	libdir=$("$pgc" --pkglibdir)
-	sharedir=$("$pgc" --sharedir)
-	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' && was_installed=1
-	if [ $was_installed -eq 0 ]; then
-		local f
-		for f in "$libdir"/pgbus_stream.so "$sharedir"/extension/pgbus_stream.control "$sharedir"/extension/pgbus_stream--*.sql; do
-			[ -e "$f" ] && saved+=("${f#/}")
-		done
-		if [ ${#saved[@]} -gt 0 ]; then
-			tar -C / -cf "$dir/replaced.tar" "${saved[@]}" || return 1
-		fi
-	fi
-	privileged dpkg -i "$deb" || return 1
-	package_installcheck "$pgc" "$pkg" "$version"
-	rc=$?
-	if [ $was_installed -eq 0 ]; then
-		privileged dpkg --purge "$pkg" || rc=1
-		if [ ${#saved[@]} -gt 0 ]; then
-			privileged tar -C / -xf "$dir/replaced.tar" || rc=1
-			echo "put back what the package replaced: ${saved[*]}"
-		fi
-	fi
-	return $rc
-}
-
-# package_installcheck PG_CONFIG PACKAGE VERSION: a server of that
-# PostgreSQL preloading the installed library, plain make installcheck
-# against it, and an upgrade from the oldest install script shipped.
-package_installcheck() {
-	local pgc=$1 pkg=$2 version=$3 dir=$CHECK_DIR/package rc=0
-	local bindir so
-	bindir=$("$pgc" --bindir)
-	so=$("$pgc" --pkglibdir)/pgbus_stream.so
-	dpkg -S "$so" 2>/dev/null | grep -q "^$pkg:" || { echo "$so is not installed by $pkg"; return 1; }
-	[ $IS_ROOT -eq 1 ] && chown -R "$TEST_USER:" "$dir/run" "$dir/log"
-	as_test_user "$bindir/initdb" -D "$dir/run/data" -A trust -U postgres --no-sync >"$dir/log/initdb.txt" 2>&1 || {
-		cat "$dir/log/initdb.txt"
-		return 1
-	}
-	# No TCP at all (the regression suite needs no listener): the socket
-	# directory is private, so the port number cannot collide.
-	cat >>"$dir/run/data/postgresql.conf" <<-CONF
-		listen_addresses = ''
-		unix_socket_directories = '$dir/run'
-		port = 5432
-		shared_preload_libraries = 'pgbus_stream'
-		pgbus_stream.port = 0
-		fsync = off
-	CONF
-	as_test_user "$bindir/pg_ctl" -D "$dir/run/data" -l "$dir/log/server.log" -w start || return 1
-	local psql=("$bindir/psql" -X -h "$dir/run" -p 5432 -U postgres -v ON_ERROR_STOP=1 -qAt)
-	echo "server: $(as_test_user "${psql[@]}" -c "SELECT version()" postgres)"
-	as_test_user env PGHOST="$dir/run" PGPORT=5432 PGUSER=postgres \
-		make -C "$CHECK_DIR/tree" installcheck PG_CONFIG="$pgc" || {
-		rc=1
-		[ -f "$CHECK_DIR/tree/regression.diffs" ] && head -n 200 "$CHECK_DIR/tree/regression.diffs"
-	}
-	# The upgrade path the package ships, on its installed files.
-	local got
-	got=$(as_test_user "${psql[@]}" postgres <<-SQL
-		CREATE DATABASE upgrade_check;
-		\c upgrade_check
-		CREATE EXTENSION pgbus_stream VERSION '0.1.0';
-		SELECT name FROM pgbus_stream.create_stream('pkg');
-		ALTER EXTENSION pgbus_stream UPDATE;
-		SELECT extversion FROM pg_extension WHERE extname = 'pgbus_stream';
-		SELECT count(*) FROM pgbus_stream.streams;
-	SQL
-	)
-	if [ "$got" = "$(printf 'pkg\n%s\n1' "$version")" ]; then
-		echo "ALTER EXTENSION pgbus_stream UPDATE: 0.1.0 -> $version on the installed files"
-	else
-		echo "upgrade on the installed files: expected pkg/$version/1, got: $got"
-		rc=1
-	fi
-	as_test_user "$bindir/pg_ctl" -D "$dir/run/data" -m fast -w stop || rc=1
-	# The listener and the upgrade test on the installed files: the tap stage
-	# with this PostgreSQL's binaries and test modules, logs under $dir/tap.
-	local pgxs
-	pgxs=$(dirname "$(dirname "$(dirname "$("$pgc" --pgxs)")")")
-	mkdir -p "$dir/tap" && ln -sfn "$CHECK_DIR/tree" "$dir/tree" || return 1
-	[ $IS_ROOT -eq 1 ] && chown "$TEST_USER:" "$dir/tap"
-	(
-		PGBIN=$bindir PG_PERL=$pgxs/src/test/perl PG_REGRESS=$pgxs/src/test/regress/pg_regress
-		CHECK_DIR=$dir PROVE_TESTS="test/t/001_basic.pl test/t/091_upgrade.pl"
-		stage_tap
-	) || rc=1
-	return $rc
+	PGBUS_TEST_USER=$TEST_USER PGBUS_PACKAGE_DIR=$CHECK_DIR/package bash "$REPO/test/package/run.sh"
 }
 
 # stage_logs: every server log of this run, checked for processes killed by a
