@@ -348,6 +348,9 @@ TEST(OutQueue, ResumeIdsComeFromFrames) {
   char buf[64];
   ASSERT_EQ(q.read_into(buf, a.size()), a.size());
   EXPECT_EQ(q.last_written_id(), "7~1");
+  // b partly copied out: the client will get all of it, so it is the resume point
+  ASSERT_EQ(q.read_into(buf, 3), 3u);
+  EXPECT_EQ(q.last_written_id(), "7~2");
   char rest[256];
   q.read_into(rest, sizeof(rest));
   EXPECT_EQ(q.last_written_id(), "7~2");
