@@ -2,3 +2,9 @@
 -- Every change made to pgbus_stream--0.2.0.sql is repeated here, so that a
 -- database created with 0.1.0 ends with the same objects as a fresh 0.2.0.
 \echo Use "ALTER EXTENSION pgbus_stream UPDATE" to load this file. \quit
+
+-- Stream ids (cursor epochs) count microseconds since 2026-01-01, not
+-- seconds, so that a quick DROP and CREATE EXTENSION cannot repeat one.
+SELECT setval(pg_get_serial_sequence('@extschema@.streams', 'id'),
+              greatest((SELECT last_value FROM @extschema@.streams_id_seq),
+                       ((extract(epoch FROM clock_timestamp()) - 1767225600) * 1000000)::bigint));
