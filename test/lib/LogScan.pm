@@ -66,7 +66,8 @@ sub problems
 sub announced_in
 {
 	my ($file) = @_;
-	open my $fh, '<', $file or return ();
+	open my $fh, "<", $file or return ();
+	local $/ = "\n";
 	my @a = grep { length } map { s/\r?\n\z//r } <$fh>;
 	close $fh;
 	return @a;

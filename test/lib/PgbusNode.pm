@@ -31,7 +31,7 @@ use IO::Socket::INET;
 use LogScan;
 use SSEClient;
 
-our @EXPORT_OK = qw(sql_literal parse_token token_covers token_le frames_ok);
+our @EXPORT_OK = qw(sql_literal parse_token token_covers token_le frames_ok ids_ok);
 
 our $AUTOLOAD;
 
@@ -308,24 +308,32 @@ sub finish
 
 # frames_ok checks received frames against what was sent, in order:
 # $expected is a list of [msg_id, data, event (default turbo-stream)].
-# Data and event names must match exactly; every id must be a cursor token
-# that grows (covers everything the previous one did, starting from $since
-# when given), covers its own msg_id, and the previous id must not have
-# covered that msg_id. Returns true if all of it holds.
+# Data and event names must match exactly, and the ids pass ids_ok. Returns
+# true if all of it holds.
 sub frames_ok
 {
 	my ($frames, $expected, $since, $name) = @_;
-	my @f = @$frames;
 	my $ok = is_deeply(
-		[ map { [ $_->{data}, $_->{event} ] } @f ],
+		[ map { [ $_->{data}, $_->{event} ] } @$frames ],
 		[ map { [ $_->[1] =~ s/\r\n|\r|\n/\n/gr, $_->[2] // 'turbo-stream' ] } @$expected ],
 		"$name: exactly the expected frames, in order");
+	return ids_ok($frames, [ map { $_->[0] } @$expected ], $since, $name) && $ok;
+}
+
+# ids_ok checks the ids of received frames, frame $i carrying msg_id
+# $msg_ids->[$i]: every id must be a cursor token that grows (covers
+# everything the previous one did, starting from $since when given), covers
+# its own msg_id, and the previous id must not have covered that msg_id.
+sub ids_ok
+{
+	my ($frames, $msg_ids, $since, $name) = @_;
+	my @f = @$frames;
 	my @bad;
 	my $prev = $since;
 	for my $i (0 .. $#f)
 	{
 		my $tok = $f[$i]{id};
-		my $exp = $expected->[$i];
+		my $mid = $msg_ids->[$i];
 		if (!defined $tok || !parse_token($tok))
 		{
 			push @bad, "frame $i: id '" . ($tok // 'undef') . "' is not a cursor token";
@@ -335,17 +343,17 @@ sub frames_ok
 		{
 			push @bad, "frame $i: id '$tok' does not grow from '$prev'";
 		}
-		if ($exp && !token_covers($tok, $exp->[0]))
+		if (defined $mid && !token_covers($tok, $mid))
 		{
-			push @bad, "frame $i: id '$tok' does not cover msg_id $exp->[0]";
+			push @bad, "frame $i: id '$tok' does not cover msg_id $mid";
 		}
-		if ($exp && defined $prev && token_covers($prev, $exp->[0]))
+		if (defined $mid && defined $prev && token_covers($prev, $mid))
 		{
-			push @bad, "frame $i: previous id '$prev' already covered msg_id $exp->[0]";
+			push @bad, "frame $i: previous id '$prev' already covered msg_id $mid";
 		}
 		$prev = $tok;
 	}
-	$ok = ok(!@bad, "$name: ids grow, each covers its own msg_id") && $ok;
+	my $ok = ok(!@bad, "$name: ids grow, each covers its own msg_id");
 	diag(join("\n", @bad)) if @bad;
 	return $ok;
 }
