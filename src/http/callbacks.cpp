@@ -52,12 +52,6 @@ std::string format_addr(const sockaddr *sa) {
   return "?";
 }
 
-// "127.x.y.z:port" or "[::1]:port" (as format_addr writes them).
-bool is_loopback(const std::string &addr) {
-  return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 6, "[::1]") == 0 ||
-         addr.compare(0, 12, "[::ffff:127.") == 0;
-}
-
 // Compares without an early exit, so the time taken says nothing of the secret.
 bool constant_time_equal(const std::string &a, const std::string &b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;

@@ -408,7 +408,7 @@ TEST(OutQueue, EvictionBehindAPartlyWrittenFrame) {
   for (int i = 1; i <= 4; ++i)
     q.push(data_frame(i));
   char buf[10];
-  ASSERT_EQ(q.read_into(buf, sizeof buf), 10u); // frame 1 half written: pinned
+  ASSERT_EQ(q.read_into(buf, sizeof buf), 10u);            // frame 1 half written: pinned
   EXPECT_EQ(q.push(data_frame(5)), Result::DroppedOldest); // evicts 2 (index 1)
   EXPECT_EQ(q.push(data_frame(6)), Result::DroppedOldest); // evicts 3
   std::string rest = std::string(buf, 10) + drain(q);
