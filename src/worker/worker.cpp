@@ -150,10 +150,12 @@ metrics::Snapshot snapshot(const Hub &hub) {
 }
 
 // /healthz's answer: can this worker still run a query?
+// The probe reads the catalog the worker serves from, so /healthz also says
+// 503 when the extension's tables cannot be read (e.g. dropped).
 bool probe_database() {
   try {
     pg::SpiTx tx;
-    tx.query("SELECT 1");
+    tx.query("SELECT 1 FROM pgbus_stream.streams LIMIT 1");
     tx.commit();
     return true;
   } catch (const pg::Error &e) {
