@@ -228,7 +228,8 @@ int run() {
   size_t last_snapshot_count = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
-  int64 last_probe_ms = 0;
+  // First probe after one interval: at startup the extension may still be on its way.
+  int64 last_probe_ms = (int64)(GetCurrentTimestamp() / 1000);
   int64 next_run_us = 0; // write pacing (see below)
   long defer_ms = -1;
   // Memory given back after connections go: once the number of connections
@@ -322,7 +323,7 @@ int run() {
         hub.flush_history();
         last_flush_ms = now_flush_ms;
       }
-      if (now_flush_ms - last_probe_ms >= 5000) {
+      if (now_flush_ms - last_probe_ms >= (database_ok ? 5000 : 1000)) { // recovers fast
         last_probe_ms = now_flush_ms;
         database_ok = probe_database();
       }
