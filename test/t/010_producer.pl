@@ -49,16 +49,23 @@ BEGIN
 END $$;
 });
 
-# run_producer returns (mean_ms, worst_ms, committed) of 300 timed commits.
+# run_producer returns (mean_ms, worst_ms) of 300 timed commits; $reader,
+# when given, is a client that keeps reading meanwhile.
 sub run_producer
 {
-	my ($label) = @_;
+	my ($label, $reader) = @_;
 	my ($out, $err) = ('', '');
 	my $ok = eval {
-		IPC::Run::run(
+		my $h = IPC::Run::start(
 			[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $pg->connstr('postgres'),
 			  '-c', q{CALL timed_commits(300, repeat('x', 2000))} ],
 			'>', \$out, '2>', \$err, IPC::Run::timeout(60));
+		while ($h->pumpable)
+		{
+			$reader ? $reader->poll(0.01) : sleep(0.01);
+			$h->pump_nb;
+		}
+		$h->finish;
 	};
 	ok($ok, "$label: the producer finished") or diag($@ || $err);
 	my ($mean, $worst, $n) = split /\|/, ($out =~ s/\s+$//r);
@@ -78,7 +85,7 @@ my ($base) = run_producer('baseline, no subscriber');
 
 {
 	my $c = $pg->open_stream('lat');
-	within_bound('a reading subscriber', $base, run_producer('a reading subscriber'));
+	within_bound('a reading subscriber', $base, run_producer('a reading subscriber', $c));
 	ok($c->wait_for_data_events(300, 20), 'the reading subscriber got all 300');
 	$c->close;
 }
