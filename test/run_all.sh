@@ -21,8 +21,16 @@
 #             make installcheck against a running server of Debian's PostgreSQL
 #             preloading the installed library, 001_basic and 091_upgrade on
 #             the installed files, dpkg --purge (what it replaced is put back)
-#   logs      every server log of regress and tap: any "terminated by signal"
-#             fails, except kills a TAP test announced (<log>.expected_signals)
+#   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
+#             a process killed by a signal, a worker exit while the server was
+#             not stopping, or a FATAL line of the extension fails, except kills
+#             and exits a test announced (<log>.expected_signals)
+#   mutations test/mutations/run.sh (only when asked: --only mutations): plants
+#             each fault of test/mutations/faults.txt, runs the test that must
+#             kill it, fails if any survives
+#
+# A stage that cannot run (returns 77: something it needs is missing) counts
+# as a failure.
 #
 # PostgreSQL refuses to run as root. When this script runs as root (CI does),
 # the stages that start a server (regress, tap) run as the unprivileged user
@@ -49,7 +57,7 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser package logs)
+ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser package logs mutations)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo,
 # Debian package).
@@ -94,7 +102,8 @@ FAILED=0
 PASSED=0
 
 # run_stage NAME FUNCTION: runs FUNCTION unless NAME is deselected, times it
-# and records PASS / FAIL / SKIP (a function returning 77 means "skipped").
+# and records PASS or FAIL. A function returning 77 could not run (something
+# missing): that is recorded as "FAIL (skipped)", never as a pass.
 run_stage() {
 	local name=$1 fn=$2
 	if ! wanted "$name"; then
@@ -113,7 +122,9 @@ run_stage() {
 		RESULTS+=("$name|PASS|$secs")
 		PASSED=$((PASSED + 1))
 	elif [ $rc -eq 77 ]; then
-		RESULTS+=("$name|skipped|$secs")
+		# A stage that could not run proves nothing: it is not a pass.
+		RESULTS+=("$name|FAIL (skipped)|$secs")
+		FAILED=$((FAILED + 1))
 	else
 		RESULTS+=("$name|FAIL (exit $rc)|$secs")
 		FAILED=$((FAILED + 1))
@@ -262,7 +273,12 @@ stage_browser() {
 		echo "test/browser/run.sh not found: skipped"
 		return 77
 	fi
+	BROWSER_RAN=1
 	bash "$REPO/test/browser/run.sh"
+}
+
+stage_mutations() {
+	bash "$REPO/test/mutations/run.sh"
 }
 
 stage_tap() {
@@ -299,35 +315,34 @@ stage_package() {
 	PGBUS_TEST_USER=$TEST_USER PGBUS_PACKAGE_DIR=$CHECK_DIR/package bash "$REPO/test/package/run.sh"
 }
 
-# stage_logs: every server log of this run, checked for processes killed by a
-# signal. A kill a TAP test did on purpose is listed in <log>.expected_signals
+# stage_logs: every server log of this run (regress, tap, and the browser
+# stage's when it ran), checked by test/lib/scan_logs.pl (rule:
+# test/lib/LogScan.pm): a process killed by a signal, a worker that exited
+# while the server was not stopping, a FATAL line of the extension. Kills and
+# exits a TAP test caused on purpose are listed in <log>.expected_signals
 # (one fixed string per line, e.g. "(PID 123) was terminated by signal 9").
+BROWSER_RAN=0
 stage_logs() {
 	# Without a server stage in this invocation, check the previous run's logs.
 	[ -n "$CHECK_DIR" ] || resolve_check_dir 2>/dev/null
-	if [ ! -d "$CHECK_DIR" ]; then
-		echo "no check directory ($CHECK_DIR): nothing to check"
+	local logs=() f
+	if [ -d "$CHECK_DIR" ]; then
+		while IFS= read -r -d '' f; do logs+=("$f"); done < <(
+			find "$CHECK_DIR" \( -path '*/log/*.log' -o -name 'postmaster.log' \) \
+				! -name 'regress_log_*' -type f -print0 2>/dev/null)
+	fi
+	if [ $BROWSER_RAN -eq 1 ]; then
+		f=$REPO/test/browser/output/postgres.log
+		[ -f "$f" ] || { echo "FAIL: the browser stage ran but left no server log ($f)"; return 1; }
+		logs+=("$f")
+	fi
+	if [ ${#logs[@]} -eq 0 ]; then
+		echo "no server log found (check directory: $CHECK_DIR)"
 		return 77
 	fi
-	local logs=() f bad=0 n=0 hits
-	while IFS= read -r -d '' f; do logs+=("$f"); done < <(
-		find "$CHECK_DIR" \( -path '*/log/*.log' -o -name 'postmaster.log' \) \
-			! -name 'regress_log_*' -type f -print0 2>/dev/null)
-	for f in "${logs[@]}"; do
-		n=$((n + 1))
-		if [ -s "$f.expected_signals" ]; then
-			hits=$(grep -a 'terminated by signal' "$f" | grep -avF -f "$f.expected_signals")
-		else
-			hits=$(grep -a 'terminated by signal' "$f")
-		fi
-		if [ -n "$hits" ]; then
-			echo "FAIL: $f:"
-			echo "$hits"
-			bad=1
-		fi
-	done
-	echo "$n server log(s) checked"
-	[ $n -gt 0 ] || { echo "no server log found under $CHECK_DIR"; return 1; }
+	perl "$REPO/test/lib/scan_logs.pl" "${logs[@]}"
+	local bad=$?
+	echo "${#logs[@]} server log(s) checked"
 	return $bad
 }
 
@@ -368,6 +383,10 @@ else
 fi
 run_stage package stage_package
 run_stage logs stage_logs
+# Not part of the default run (it rebuilds and reruns tests once per fault).
+if [[ "$ONLY" == *",mutations,"* ]]; then
+	run_stage mutations stage_mutations
+fi
 
 END=$(now)
 log "summary"
