@@ -17,6 +17,10 @@
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
 #   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
+#   cassert   the same build, install, regress, tap and logs stages against
+#             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
+#             built once from Debian's source package, then reused from its
+#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
 #   logs      every server log of regress and tap: any "terminated by signal"
 #             fails, except kills a TAP test announced (<log>.expected_signals)
 #
@@ -29,7 +33,8 @@
 #
 # Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
 # PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
-# PG_CONFIG.
+# PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
+# PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,12 +50,13 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser logs)
+ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser cassert logs)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
 	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux)
+	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux
+	dpkg-dev)
 
 ONLY=""
 SKIP=""
@@ -282,6 +288,26 @@ stage_tap() {
 	return $rc
 }
 
+# stage_cassert: the server stages again, against an assert-enabled
+# PostgreSQL (built once, then cached), on a copy of the tree so that the
+# objects of the main build are left alone. The nested run checks its own
+# server logs; PROVE_TESTS and PROVE_FLAGS apply to it as well.
+stage_cassert() {
+	local pgc dir=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
+	pgc=$(JOBS=$JOBS "$REPO/test/pg_cassert.sh") || return 1
+	rm -rf "$dir"
+	mkdir -p "$dir/tree" || return 1
+	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+		(cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$dir/tree") || return 1
+	else
+		cp -R "$REPO"/. "$dir/tree" || return 1
+		make -C "$dir/tree" clean PG_CONFIG="$pgc" >/dev/null 2>&1
+	fi
+	chmod -R a+rX "$dir"
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
+		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
+}
+
 # stage_logs: every server log of this run, checked for processes killed by a
 # signal. A kill a TAP test did on purpose is listed in <log>.expected_signals
 # (one fixed string per line, e.g. "(PID 123) was terminated by signal 9").
@@ -349,6 +375,7 @@ if [ $BUILD_OK -eq 1 ]; then
 else
 	RESULTS+=("browser|not run (build/install failed)|0")
 fi
+run_stage cassert stage_cassert
 run_stage logs stage_logs
 
 END=$(now)

@@ -95,30 +95,19 @@ TxStream *register_stream(int64 stream_id) {
   TxStream *ts = find_tx_stream(stream_id);
   if (ts)
     return ts;
-  // Shared entries never move: remember the last few this backend used.
-  static struct {
-    Oid db;
-    int64 id;
-    StreamEntry *e;
-  } cache[16];
-  static int next_slot = 0;
-  StreamEntry *e = nullptr;
-  for (auto &c : cache)
-    if (c.e && c.id == stream_id && c.db == MyDatabaseId && c.e->stream_id == stream_id)
-      e = c.e;
-  if (e == nullptr) {
-    e = shmem::stream_entry(MyDatabaseId, stream_id, true);
-    if (e)
-      cache[next_slot++ % 16] = {MyDatabaseId, stream_id, e};
-  }
-  if (e == nullptr)
-    ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-                    errmsg("pgbus_stream: too many streams in shared memory"),
-                    errhint("Raise pgbus_stream.max_streams and restart the server.")));
   if (tx.nstreams >= kMaxTxStreams)
     ereport(ERROR,
             (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
              errmsg("pgbus_stream: a transaction can write to at most %d streams", kMaxTxStreams)));
+  // Held until the transaction ends (release_streams), so it is not reused
+  // while this backend's slot names the stream.
+  StreamEntry *e = shmem::acquire_stream(MyDatabaseId, stream_id, shmem::kBackend);
+  if (e == nullptr)
+    ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+                    errmsg("pgbus_stream: more streams in use at once than shared memory can track"),
+                    errdetail("Every one of the pgbus_stream.max_streams entries is held by an "
+                              "open transaction or a worker."),
+                    errhint("Raise pgbus_stream.max_streams and restart the server.")));
   shmem::BackendSlot *slot = my_slot();
   slot->dboid = MyDatabaseId;
   if (!tx.registered) // full barrier: the bit is visible before any entry
@@ -201,8 +190,16 @@ void clear_slot() {
                           ~(UINT64CONST(1) << (MyProc->pgprocno % 64)));
 }
 
-void reset_tx() {
+// Gives back the stream entries this transaction held (after its commit was
+// published or its slot cleared).
+void release_streams() {
+  for (int i = 0; i < tx.nstreams; i++)
+    shmem::release_stream(tx.streams[i].entry, shmem::kBackend);
   tx.nstreams = 0;
+}
+
+void reset_tx() {
+  release_streams();
   tx.registered = false;
   tx.overflowed = false;
   tx.catalog_changed = false;
@@ -481,22 +478,12 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   return PointerGetDatum(NULL);
 }
 
-// pgbus_stream._catalog_changed(stream_id): called by the catalog functions;
-// makes sure shared memory tracks the stream and tells the workers at commit.
+// pgbus_stream._catalog_changed(stream_id[, fresh]): called by the catalog
+// functions; tells the workers at commit. Shared memory takes an entry for
+// the stream only once it is written or watched.
 extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
-  if (!PG_ARGISNULL(0)) {
-    int64 stream_id = PG_GETARG_INT64(0);
-    bool fresh = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
-    pgbs::shmem::StreamEntry *e = pgbs::shmem::stream_entry(MyDatabaseId, stream_id, true);
-    if (e == nullptr)
-      ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-                      errmsg("pgbus_stream: too many streams in shared memory"),
-                      errhint("Raise pgbus_stream.max_streams and restart the server.")));
-    // A new stream starts from nothing, whatever an older incarnation of the
-    // extension left in shared memory under the same id.
-    if (fresh)
-      pg_atomic_write_u64(&e->max_committed, 0);
-  }
+  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
+    pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
   note_catalog_change();
   PG_RETURN_VOID();
 }
