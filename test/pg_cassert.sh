@@ -56,7 +56,7 @@ say "fetching the source of postgresql-$PG_MAJOR into $SRC"
 # Newest version first; a mirror may lack the newest source (security pool).
 fetched=0
 for v in $(apt-cache showsrc "postgresql-$PG_MAJOR" | sed -n 's/^Version: //p' | sort -rV); do
-	if (cd "$SRC" && apt-get source -qq "postgresql-$PG_MAJOR=$v" >&2); then
+	if (cd "$SRC" && apt-get source -qq --download-only "postgresql-$PG_MAJOR=$v" >&2); then
 		fetched=1
 		break
 	fi
@@ -64,9 +64,13 @@ for v in $(apt-cache showsrc "postgresql-$PG_MAJOR" | sed -n 's/^Version: //p' |
 	rm -rf "${SRC:?}"/*
 done
 [ $fetched -eq 1 ] || { say "could not fetch the source of postgresql-$PG_MAJOR"; exit 1; }
-TREE=$(find "$SRC" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$PG_MAJOR-*" | head -n 1)
-[ -n "$TREE" ] || { say "no source tree under $SRC"; exit 1; }
-VERSION=$(basename "$TREE")
+# Upstream sources only: Debian's patches hard-code the library directory to
+# /usr/lib/postgresql/<major>/lib, which would install over the system's files.
+DSC=$(find "$SRC" -maxdepth 1 -name "postgresql-${PG_MAJOR}_*.dsc" | head -n 1)
+[ -n "$DSC" ] || { say "no .dsc under $SRC"; exit 1; }
+VERSION=$(basename "$DSC" .dsc)
+TREE=$SRC/$VERSION
+dpkg-source --skip-patches -x "$DSC" "$TREE" >&2
 
 say "configuring $VERSION (--enable-cassert --enable-debug) for $PREFIX"
 cd "$TREE"
@@ -77,6 +81,12 @@ cd "$TREE"
 say "building with -j$JOBS (several minutes)"
 make -j"$JOBS" -s >"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
 make -C src/test/regress -j"$JOBS" -s >>"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
+# Everything must land under the prefix, never over another installation:
+# the freshly built pg_config knows where make install would write.
+for d in --bindir --pkglibdir --sharedir --includedir --libdir --pgxs --docdir --mandir; do
+	v=$(src/bin/pg_config/pg_config "$d")
+	case "$v" in "$PREFIX"/*) ;; *) say "pg_config $d is $v, outside $PREFIX: not installing"; exit 1 ;; esac
+done
 rm -rf "$PREFIX"
 make -s install >>"$SRC/install.log" 2>&1 || { tail -n 40 "$SRC/install.log" >&2; exit 1; }
 printf '%s %s\n%s\n' "$VERSION" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$OPTIONS CFLAGS=$CFLAGS_BUILD" >"$STAMP"

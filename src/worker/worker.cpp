@@ -11,6 +11,8 @@
 #include "worker/hub.hpp"
 
 #include <csignal>
+#include <dirent.h>
+#include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h> // malloc_trim
 #endif
@@ -22,6 +24,7 @@ extern "C" {
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -57,6 +60,65 @@ void detach_latch(int, Datum) {
   LWLockRelease(wc->lock);
 }
 
+// Open files: the soft limit is raised to the hard one (a service started by
+// systemd gets 1 024 soft), PostgreSQL keeps what fd.c counted on for its own
+// files (max_safe_fds, plus the few it keeps for system() and friends), and
+// the rest goes to sockets. When the limit is low, PostgreSQL's share is cut
+// to half of it (fd.c then closes its cached files sooner) so that the
+// listener still gets the other half. Computed once, at start.
+constexpr int kFdsForSystem = 10; // fd.c's NUM_RESERVED_FDS
+constexpr int kFdsForListener = 16; // listening sockets, epoll and eventfd of each daemon
+int g_max_sockets = 0;
+
+int open_fd_count() {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == nullptr)
+    return 64; // a guess on the high side
+  int n = 0;
+  while (readdir(d) != nullptr)
+    n++;
+  closedir(d);
+  return n > 3 ? n - 3 : 0; // ".", ".." and the directory's own fd
+}
+
+void plan_file_limit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  const rlim_t soft_before = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+      rl = raised;
+  }
+  const long limit = (long)Min(rl.rlim_cur, (rlim_t)INT_MAX);
+  const long open_now = open_fd_count();
+  const long pg_share = Min((long)max_safe_fds, (limit - open_now) / 2);
+  if (pg_share < max_safe_fds)
+    max_safe_fds = (int)Max(pg_share, 1L);
+  g_max_sockets = (int)Max(limit - open_now - pg_share - kFdsForSystem - kFdsForListener, 1L);
+  const long share = (guc::max_connections + guc::workers - 1) / guc::workers;
+  const size_t holds = http::sse_capacity([&] {
+    http::Config c;
+    c.max_connections = (int)share;
+    c.max_sockets = g_max_sockets;
+    return c;
+  }());
+  if ((long)holds < share)
+    ereport(LOG, (errmsg("pgbus_stream: worker %d can hold %zu SSE connections of the %ld "
+                         "max_connections gives it: its open files limit is %ld",
+                         worker_index, holds, share, limit),
+                  errhint("Raise the open files limit of the PostgreSQL service and restart it: "
+                          "LimitNOFILE= in the [Service] section of its systemd unit "
+                          "(systemctl edit postgresql@15-main), or ulimit -n where it is started "
+                          "by hand. Clients beyond the limit get 503 with Retry-After.")));
+  else
+    ereport(LOG, (errmsg("pgbus_stream: worker %d open files limit %ld (soft limit was %ld): room "
+                         "for %zu SSE connections",
+                         worker_index, limit, (long)Min(soft_before, (rlim_t)LONG_MAX), holds)));
+}
+
 http::Config http_config() {
   http::Config c;
   c.listen_addresses = guc::listen_addresses ? guc::listen_addresses : "127.0.0.1";
@@ -74,6 +136,7 @@ http::Config http_config() {
   c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
   c.admin_token = guc::admin_token ? guc::admin_token : "";
   c.admin_loopback_only = guc::admin_loopback_only;
+  c.max_sockets = g_max_sockets;
   return c;
 }
 
@@ -200,6 +263,8 @@ int run() {
   http::Server server;
   std::string err;
   const bool listening = guc::port != 0; // port 0: no listener (SQL-only test instances)
+  if (listening)
+    plan_file_limit();
   if (listening && !server.start(http_config(), &err)) {
     pg::warn("cannot listen on port " + std::to_string(guc::port) + ": " + err);
     return 1;

@@ -47,7 +47,8 @@ my $up = 0;
 my $deadline = time + 60;
 while (time < $deadline)
 {
-	my ($rc) = $pg->psql('postgres', 'SELECT 1', on_error_stop => 0);
+	my ($rc) = eval { $pg->psql('postgres', 'SELECT 1', on_error_stop => 0) };
+	$rc //= 1;
 	if ($rc == 0) { $up = 1; last }
 	sleep 0.2;
 }
