@@ -16,7 +16,24 @@ extern "C" {
 
 namespace pgbs::pg {
 
+Error take_error(MemoryContext cxt) {
+  // Copied in a context that surely exists (the caller's may be gone, e.g. a
+  // failed commit deleted it) and freed below: nothing stays behind.
+  MemoryContextSwitchTo(TopMemoryContext);
+  ErrorData *edata = CopyErrorData();
+  FlushErrorState();
+  MemoryContextSwitchTo(cxt);
+  // Copying into std::string may throw (bad_alloc): free the ErrorData first
+  // in that case too.
+  struct Free {
+    ErrorData *e;
+    ~Free() { FreeErrorData(e); }
+  } guard{edata};
+  return Error(edata);
+}
+
 SpiTx::SpiTx() {
+  outer_ = CurrentMemoryContext;
   call([] {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
@@ -42,10 +59,14 @@ SpiTx::~SpiTx() {
     FlushErrorState();
   }
   PG_END_TRY();
+  MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // abort leaves TopMemoryContext
 }
 
 void SpiTx::commit() {
   open_ = false;
+  // SPI_finish and the commit delete the context SPI made current; an error
+  // is taken back to the caller's.
+  MemoryContextSwitchTo(static_cast<MemoryContext>(outer_));
   try {
     call([] {
       SPI_finish();
@@ -56,6 +77,7 @@ void SpiTx::commit() {
     open_ = true; // let the destructor abort
     throw;
   }
+  MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // the commit leaves TopMemoryContext
 }
 
 Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool read_only) {

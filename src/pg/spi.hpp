@@ -40,6 +40,7 @@ public:
 
 private:
   bool open_ = false;
+  void *outer_ = nullptr; // MemoryContext current before the transaction (no PostgreSQL header here)
 };
 
 // Logs at WARNING without throwing (safe anywhere on the main thread).

@@ -43,9 +43,15 @@ namespace {
 volatile sig_atomic_t got_sigterm = 0;
 int worker_index = 0;
 
+// SIGTERM: the loop stops at its next turn. A query in progress (SPI) is
+// cancelled at its next interrupt check, so a stop is never held up by a
+// statement waiting on a lock (a prepared transaction's can last forever);
+// the loop itself never checks interrupts once got_sigterm is set.
 void on_sigterm(SIGNAL_ARGS) {
   int save_errno = errno;
   got_sigterm = 1;
+  QueryCancelPending = true;
+  InterruptPending = true;
   SetLatch(MyLatch);
   errno = save_errno;
 }
@@ -117,6 +123,26 @@ void plan_file_limit() {
     ereport(LOG, (errmsg("pgbus_stream: worker %d open files limit %ld (soft limit was %ld): room "
                          "for %zu SSE connections",
                          worker_index, limit, (long)Min(soft_before, (rlim_t)LONG_MAX), holds)));
+}
+
+// The same warning every round (a table that stays broken, a database
+// without the extension) is logged once a minute with the count of repeats.
+void warn_repeated(const std::string &msg) {
+  static std::string last;
+  static int64 last_us = 0;
+  static long repeats = 0;
+  const int64 now = (int64)GetCurrentTimestamp();
+  if (msg == last && now - last_us < 60 * USECS_PER_SEC) {
+    repeats++;
+    return;
+  }
+  if (msg == last && repeats > 0)
+    pg::warn(msg + " (" + std::to_string(repeats) + " more in the last minute)");
+  else
+    pg::warn(msg);
+  last = msg;
+  last_us = now;
+  repeats = 0;
 }
 
 http::Config http_config() {
@@ -393,7 +419,8 @@ int run() {
           now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
-        hub.prune_history();
+        if (guc::stats_enabled) // no history kept, none to prune
+          hub.prune_history();
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
@@ -415,11 +442,20 @@ int run() {
         trim_pending = false;
       }
     } catch (const pg::Error &e) {
-      // A failed read (e.g. a queue table dropped under us) must not kill the worker.
-      pg::warn(std::string("worker error: ") + e.what());
+      // A failed read (e.g. a queue table dropped under us) must not kill the
+      // worker. One cancelled by SIGTERM is no news.
+      if (!got_sigterm)
+        warn_repeated("worker error: " + std::string(e.what()));
     }
   }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
+  // The last cursor flush runs with the cancel withdrawn, but bounded: a lock
+  // wait gives up after a second rather than holding up the stop.
+  QueryCancelPending = false;
+  try {
+    pg::call([] { SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE); });
+  } catch (const pg::Error &) {
+  }
   hub.track_written();
   if (listening)
     server.shutdown(guc::shutdown_policy == 0 ? guc::shutdown_drain_ms : 0);
