@@ -2,6 +2,7 @@
 #include "pg/spi.hpp"
 #include "pg/guard.hpp"
 
+#include <csignal>
 #include <stdexcept>
 
 extern "C" {
@@ -9,6 +10,7 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
@@ -32,8 +34,31 @@ Error take_error(MemoryContext cxt) {
   return Error(edata);
 }
 
+namespace {
+// A stop request cancels only a query of ours: set while a SpiTx is open, so
+// that no cancel is left pending where a longjmp would cross C++ frames.
+volatile sig_atomic_t in_query = 0, cancel_sent = 0;
+
+void query_done() {
+  in_query = 0;
+  if (cancel_sent) {
+    cancel_sent = 0;
+    QueryCancelPending = false;
+  }
+}
+} // namespace
+
+void cancel_query_from_signal() {
+  if (in_query) {
+    cancel_sent = 1;
+    QueryCancelPending = true;
+    InterruptPending = true;
+  }
+}
+
 SpiTx::SpiTx() {
   outer_ = CurrentMemoryContext;
+  in_query = 1;
   call([] {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
@@ -45,8 +70,10 @@ SpiTx::SpiTx() {
 }
 
 SpiTx::~SpiTx() {
-  if (!open_)
+  if (!open_) {
+    query_done();
     return;
+  }
   // Abort without letting an error escape a destructor.
   MemoryContext oldcxt = CurrentMemoryContext;
   PG_TRY();
@@ -60,6 +87,7 @@ SpiTx::~SpiTx() {
   }
   PG_END_TRY();
   MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // abort leaves TopMemoryContext
+  query_done();
 }
 
 void SpiTx::commit() {
@@ -140,7 +168,17 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
   return t;
 }
 
-void warn(const std::string &msg) { ereport(WARNING, (errmsg("pgbus_stream: %s", msg.c_str()))); }
-void log(const std::string &msg) { ereport(LOG, (errmsg("pgbus_stream: %s", msg.c_str()))); }
+// ereport below ERROR checks for interrupts when done: held off here, so a
+// pending cancel or termination is never acted on from a C++ frame.
+void warn(const std::string &msg) {
+  HOLD_INTERRUPTS();
+  ereport(WARNING, (errmsg("pgbus_stream: %s", msg.c_str())));
+  RESUME_INTERRUPTS();
+}
+void log(const std::string &msg) {
+  HOLD_INTERRUPTS();
+  ereport(LOG, (errmsg("pgbus_stream: %s", msg.c_str())));
+  RESUME_INTERRUPTS();
+}
 
 } // namespace pgbs::pg

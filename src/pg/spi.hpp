@@ -43,6 +43,10 @@ private:
   void *outer_ = nullptr; // MemoryContext current before the transaction (no PostgreSQL header here)
 };
 
+// For a SIGTERM handler: cancels the query of the open SpiTx, if any (it then
+// fails with pg::Error); does nothing between transactions.
+void cancel_query_from_signal();
+
 // Logs at WARNING without throwing (safe anywhere on the main thread).
 void warn(const std::string &msg);
 void log(const std::string &msg);

@@ -44,14 +44,12 @@ volatile sig_atomic_t got_sigterm = 0;
 int worker_index = 0;
 
 // SIGTERM: the loop stops at its next turn. A query in progress (SPI) is
-// cancelled at its next interrupt check, so a stop is never held up by a
-// statement waiting on a lock (a prepared transaction's can last forever);
-// the loop itself never checks interrupts once got_sigterm is set.
+// cancelled, so a stop is never held up by a statement waiting on a lock (a
+// prepared transaction's can last forever).
 void on_sigterm(SIGNAL_ARGS) {
   int save_errno = errno;
   got_sigterm = 1;
-  QueryCancelPending = true;
-  InterruptPending = true;
+  pg::cancel_query_from_signal();
   SetLatch(MyLatch);
   errno = save_errno;
 }
@@ -449,9 +447,8 @@ int run() {
     }
   }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
-  // The last cursor flush runs with the cancel withdrawn, but bounded: a lock
-  // wait gives up after a second rather than holding up the stop.
-  QueryCancelPending = false;
+  // The last cursor flush is bounded: a lock wait gives up after a second
+  // rather than holding up the stop.
   try {
     pg::call([] { SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE); });
   } catch (const pg::Error &) {
