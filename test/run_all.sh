@@ -298,7 +298,10 @@ stage_cassert() {
 	rm -rf "$dir"
 	mkdir -p "$dir/tree" || return 1
 	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
-		(cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$dir/tree") || return 1
+		# tracked and new files as they are in the working tree (deleted ones skipped)
+		(cd "$REPO" && git ls-files -co --exclude-standard -z |
+			while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+			xargs -0 cp --parents -t "$dir/tree") || return 1
 	else
 		cp -R "$REPO"/. "$dir/tree" || return 1
 		make -C "$dir/tree" clean PG_CONFIG="$pgc" >/dev/null 2>&1

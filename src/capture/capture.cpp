@@ -113,11 +113,12 @@ TxStream *register_stream(int64 stream_id) {
   // while this backend's slot names the stream.
   StreamEntry *e = shmem::acquire_stream(MyDatabaseId, stream_id, shmem::kBackend);
   if (e == nullptr)
-    ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-                    errmsg("pgbus_stream: more streams in use at once than shared memory can track"),
-                    errdetail("Every one of the pgbus_stream.max_streams entries is held by an "
-                              "open transaction or a worker."),
-                    errhint("Raise pgbus_stream.max_streams and restart the server.")));
+    ereport(ERROR,
+            (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+             errmsg("pgbus_stream: more streams in use at once than shared memory can track"),
+             errdetail("Every one of the pgbus_stream.max_streams entries is held by an "
+                       "open transaction or a worker."),
+             errhint("Raise pgbus_stream.max_streams and restart the server.")));
   shmem::BackendSlot *slot = my_slot();
   slot->dboid = MyDatabaseId;
   if (!tx.registered) // full barrier: the bit is visible before any entry
@@ -170,7 +171,8 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   }
   if (tx.nrows >= tx.cap) {
     int64 ncap = tx.cap ? tx.cap * 2 : 64;
-    const int64 most = Min((int64)guc::max_pending_events, (int64)(kRowsBudget / sizeof(PendingRow)));
+    const int64 most =
+        Min((int64)guc::max_pending_events, (int64)(kRowsBudget / sizeof(PendingRow)));
     if (ncap > most && !ephemeral)
       ncap = Max(most, tx.nrows + 1);
     tx.rows = tx.rows

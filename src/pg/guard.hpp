@@ -52,13 +52,9 @@ template <typename F> void call(F &&fn) {
   MemoryContext oldcxt = CurrentMemoryContext;
   volatile bool failed = false;
   PG_TRY();
-  {
-    fn();
-  }
+  { fn(); }
   PG_CATCH();
-  {
-    failed = true;
-  }
+  { failed = true; }
   PG_END_TRY();
   if (failed)
     throw take_error(oldcxt);
@@ -89,9 +85,9 @@ template <typename F> Datum entry(F &&fn) {
     strlcpy(message, "pgbus_stream: unknown C++ exception", sizeof(message));
   }
   if (code != 0)
-    ereport(ERROR, (errcode(code), errmsg_internal("%s", message),
-                    detail[0] ? errdetail_internal("%s", detail) : 0,
-                    hint[0] ? errhint("%s", hint) : 0));
+    ereport(ERROR,
+            (errcode(code), errmsg_internal("%s", message),
+             detail[0] ? errdetail_internal("%s", detail) : 0, hint[0] ? errhint("%s", hint) : 0));
   return result;
 }
 

@@ -77,9 +77,7 @@ SpiTx::~SpiTx() {
   // Abort without letting an error escape a destructor.
   MemoryContext oldcxt = CurrentMemoryContext;
   PG_TRY();
-  {
-    AbortCurrentTransaction();
-  }
+  { AbortCurrentTransaction(); }
   PG_CATCH();
   {
     MemoryContextSwitchTo(oldcxt);
@@ -140,8 +138,8 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
         Datum *elems = (Datum *)palloc(sizeof(Datum) * (a.ids.size() + 1));
         for (size_t k = 0; k < a.ids.size(); k++)
           elems[k] = Int64GetDatum(a.ids[k]);
-        values[i] = PointerGetDatum(
-            construct_array(elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+        values[i] = PointerGetDatum(construct_array(
+            elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
       }
     }
     int rc = SPI_execute_with_args(sqltext, nargs, types, values, nulls, read_only, 0);
@@ -154,7 +152,8 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
     raw.cells = (char **)palloc0(sizeof(char *) * (raw.nrows * raw.ncols + 1));
     for (uint64 r = 0; r < raw.nrows; r++)
       for (int c = 0; c < raw.ncols; c++)
-        raw.cells[r * raw.ncols + c] = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
+        raw.cells[r * raw.ncols + c] =
+            SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
   });
   Table t;
   t.ncols = raw.ncols;

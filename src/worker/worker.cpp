@@ -70,7 +70,7 @@ void detach_latch(int, Datum) {
 // the rest goes to sockets. When the limit is low, PostgreSQL's share is cut
 // to half of it (fd.c then closes its cached files sooner) so that the
 // listener still gets the other half. Computed once, at start.
-constexpr int kFdsForSystem = 10; // fd.c's NUM_RESERVED_FDS
+constexpr int kFdsForSystem = 10;   // fd.c's NUM_RESERVED_FDS
 constexpr int kFdsForListener = 16; // listening sockets, epoll and eventfd of each daemon
 int g_max_sockets = 0;
 

@@ -89,7 +89,8 @@ int main(int argc, char **argv) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n";
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n";
   const double t0 = now_ms();
   int open = 0;
   for (int i = 0; i < n; ++i) {
@@ -138,7 +139,8 @@ int main(int argc, char **argv) {
           c.reset = true;
         }
       }
-      if (!c.reset && c.state == State::Sent && (evs[e].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {
+      if (!c.reset && c.state == State::Sent &&
+          (evs[e].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {
         ssize_t r;
         while ((r = recv(c.fd, buf, sizeof buf, 0)) > 0)
           c.in.append(buf, (size_t)r);
