@@ -143,6 +143,15 @@ void warn_repeated(const std::string &msg) {
   repeats = 0;
 }
 
+template <typename F> void guarded(F &&step) {
+  try {
+    step();
+  } catch (const pg::Error &e) {
+    if (!got_sigterm) // one cancelled by SIGTERM is no news
+      warn_repeated("worker error: " + std::string(e.what()));
+  }
+}
+
 http::Config http_config() {
   http::Config c;
   c.listen_addresses = guc::listen_addresses ? guc::listen_addresses : "127.0.0.1";
@@ -353,10 +362,12 @@ int run() {
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
       server.tick();
-      hub.cycle();
+      // A step that fails (one stream's table broken, say) must not keep the
+      // listener from running: each is caught on its own.
+      guarded([&] { hub.cycle(); });
       if (!listening)
         continue;
-      replays_pending = hub.continue_replays();
+      guarded([&] { replays_pending = hub.continue_replays(); });
       // Write pacing: a write round costs about one send per connection with
       // something queued. When a round took over a millisecond, the next one
       // waits as long as it took (at most half the time writing), so under
@@ -387,7 +398,14 @@ int run() {
         // Producers wake this worker for a newly watched stream from now on;
         // one more round drains what they committed before they could know.
         pg::call([] { SetLatch(MyLatch); });
-        hub.cycle(true); // bring every stream up to date before replays start
+        try {
+          hub.cycle(true); // bring every stream up to date before replays start
+        } catch (const pg::Error &e) {
+          // Taken requests are answered now, not left to their deadline.
+          for (const http::Request &r : pending)
+            server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
+          throw;
+        }
         for (const http::Request &r : pending) {
           try {
             hub.subscribe(r);
