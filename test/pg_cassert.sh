@@ -7,9 +7,10 @@
 # The installation is cached in $PGBUS_CASSERT_PREFIX (default
 # /var/cache/pgbus_stream/pg15-cassert as root, else
 # ~/.cache/pgbus_stream/pg15-cassert); the source and build tree sit next to
-# it (…-src) and can be removed after a build. Only what the tests need is
-# built and installed: the server, client programs, pg_regress, headers, PGXS
-# and the TAP modules (no contrib, no documentation).
+# it (…-src) and can be removed after a build. Built from the upstream
+# sources of the package (Debian's patches left out): the server, its client
+# programs and libraries, pg_regress, headers, PGXS and the TAP modules; no
+# contrib, no extra libraries (ICU, readline, zlib, LLVM).
 # Progress goes to stderr; stdout carries only the pg_config path.
 set -euo pipefail
 
