@@ -21,6 +21,10 @@
 #             make installcheck against a running server of Debian's PostgreSQL
 #             preloading the installed library, 001_basic and 091_upgrade on
 #             the installed files, dpkg --purge (what it replaced is put back)
+#   cassert   the same build, install, regress, tap and logs stages against
+#             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
+#             built once from Debian's source package, then reused from its
+#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
 #   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
 #             a process killed by a signal, a worker exit while the server was
 #             not stopping, or a FATAL line of the extension fails, except kills
@@ -41,7 +45,8 @@
 #
 # Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
 # PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
-# PG_CONFIG.
+# PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
+# PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,7 +62,7 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser package logs mutations)
+ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser package cassert logs mutations)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo,
 # Debian package).
@@ -315,6 +320,29 @@ stage_package() {
 	PGBUS_TEST_USER=$TEST_USER PGBUS_PACKAGE_DIR=$CHECK_DIR/package bash "$REPO/test/package/run.sh"
 }
 
+# stage_cassert: the server stages again, against an assert-enabled
+# PostgreSQL (built once, then cached), on a copy of the tree so that the
+# objects of the main build are left alone. The nested run checks its own
+# server logs; PROVE_TESTS and PROVE_FLAGS apply to it as well.
+stage_cassert() {
+	local pgc dir=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
+	pgc=$(JOBS=$JOBS "$REPO/test/pg_cassert.sh") || return 1
+	rm -rf "$dir"
+	mkdir -p "$dir/tree" || return 1
+	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+		# tracked and new files as they are in the working tree (deleted ones skipped)
+		(cd "$REPO" && git ls-files -co --exclude-standard -z |
+			while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+			xargs -0 cp --parents -t "$dir/tree") || return 1
+	else
+		cp -R "$REPO"/. "$dir/tree" || return 1
+		make -C "$dir/tree" clean PG_CONFIG="$pgc" >/dev/null 2>&1
+	fi
+	chmod -R a+rX "$dir"
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
+		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
+}
+
 # stage_logs: every server log of this run (regress, tap, and the browser
 # stage's when it ran), checked by test/lib/scan_logs.pl (rule:
 # test/lib/LogScan.pm): a process killed by a signal, a worker that exited
@@ -382,6 +410,7 @@ else
 	RESULTS+=("browser|not run (build/install failed)|0")
 fi
 run_stage package stage_package
+run_stage cassert stage_cassert
 run_stage logs stage_logs
 # Not part of the default run (it rebuilds and reruns tests once per fault).
 if [[ "$ONLY" == *",mutations,"* ]]; then

@@ -63,6 +63,8 @@ Hub::~Hub() {
     ids.push_back(id);
   for (uint64_t id : ids)
     closed(id);
+  for (auto &[id, st] : streams_)
+    shmem::release_stream(st->entry, worker_index_);
 }
 
 bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
@@ -111,7 +113,7 @@ void Hub::reload_catalog() {
   std::vector<std::pair<int64_t, int64_t>> maxima;
   load_catalog_rows(&infos, &maxima);
   for (auto &[id, max] : maxima)
-    raise_max_committed(dboid_, id, max);
+    shmem::raise_max_committed(dboid_, id, max);
   std::unordered_set<int64_t> present;
   for (auto &si : infos) {
     present.insert(si.id);
@@ -121,7 +123,11 @@ void Hub::reload_catalog() {
       continue;
     }
     auto st = std::make_unique<StreamState>();
-    st->entry = shmem::stream_entry(dboid_, si.id, true);
+    st->entry = shmem::acquire_stream(dboid_, si.id, worker_index_);
+    if (st->entry)
+      for (auto &[id, max] : maxima)
+        if (id == si.id)
+          shmem::advance_max_committed(st->entry, max); // a new entry starts at 0
     st->pos.epoch = si.id;
     for (auto &[id, max] : maxima)
       if (id == si.id) {
@@ -152,6 +158,8 @@ void Hub::drop_stream_state(int64_t id, const char *reason) {
   auto bn = by_name_.find(it->second->info.name);
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), it->second.get()), watched_.end());
+  shmem::release_stream(it->second->entry, worker_index_);
   streams_.erase(it);
 }
 
@@ -622,7 +630,7 @@ void Hub::cycle(bool full) {
       include(st);
   catalog_reloaded_ = false;
   HorizonBounds &bounds = cycle_bounds_;
-  read_horizon_bounds(dboid_, ids, &cycle_entries_, &bounds);
+  read_horizon_bounds(dboid_, worker_index_, ids, &cycle_entries_, &bounds);
   for (size_t k = 0; k < cycle_states_.size(); ++k) // found now if shared memory had no room before
     if (!cycle_states_[k]->entry)
       cycle_states_[k]->entry = cycle_entries_[k];
