@@ -84,7 +84,8 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
       "NOT NULL "
       "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
       "s.archive_table) "
-      "                   ELSE '0' END) "
+      "                   ELSE '0' END), "
+      "       NOT s.retention_set AND s.retention IS NULL AND s.retention_max IS NULL "
       "FROM pgbus_stream.streams s "
       "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL ORDER BY "
       "s.id");
@@ -96,6 +97,7 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
     si.rows_sql = t.at(r, 3).value_or("");
     si.retention_floor = to_i64(t.at(r, 4));
     si.has_retention = t.at(r, 5).value_or("f") == "t";
+    si.default_retention = t.at(r, 7).value_or("f") == "t";
     pg::Table m = tx.query(t.at(r, 6).value_or("SELECT 0"));
     maxima->emplace_back(si.id, m.rows() ? to_i64(m.at(0, 0)) : 0);
     out->push_back(std::move(si));
@@ -983,7 +985,7 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
 void Hub::apply_retention() {
   const int batch = 1000;
   for (auto &[id, st] : streams_) {
-    if (!st->info.has_retention)
+    if (!st->info.has_retention && !(st->info.default_retention && guc::default_retention_s > 0))
       continue;
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       pg::SpiTx tx;

@@ -27,7 +27,8 @@ struct StreamInfo {
       rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
   bool is_public = true;
   bool has_retention = false;
-  int64_t retention_floor = 0; // highest msg_id removed by retention
+  bool default_retention = false; // never configured: pgbus_stream.default_retention applies
+  int64_t retention_floor = 0;    // highest msg_id removed by retention
 };
 
 struct Row {
@@ -158,7 +159,7 @@ private:
   std::vector<int64_t> cycle_ids_;
   std::vector<StreamState *> cycle_states_; // same order as cycle_ids_
   std::vector<shmem::StreamEntry *> cycle_entries_;
-  bool catalog_reloaded_ = false; // since cycle_states_ was built
+  bool catalog_reloaded_ = false;      // since cycle_states_ was built
   std::vector<StreamState *> watched_; // streams with a connection on this worker
   int64_t last_full_us_ = 0;           // last cycle over every stream
   HorizonBounds cycle_bounds_;
