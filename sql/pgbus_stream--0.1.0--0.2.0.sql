@@ -313,11 +313,17 @@ END $$;
 -- application's role, hence SECURITY DEFINER.
 CREATE FUNCTION @extschema@._on_create_table() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
-DECLARE t text;
+DECLARE
+  rel oid;
+  t text;
 BEGIN
-  FOR t IN SELECT c.relname FROM pg_event_trigger_ddl_commands() d JOIN pg_class c ON c.oid = d.objid
-            WHERE d.classid = 'pg_class'::regclass AND d.schema_name = 'pgmq' AND d.object_type = 'table'
-              AND c.relname ~ '^[qa]_' AND NOT c.relispartition LOOP
+  FOR rel IN SELECT d.objid FROM pg_event_trigger_ddl_commands() d
+              WHERE d.classid = 'pg_class'::regclass AND d.schema_name = 'pgmq' AND d.object_type = 'table' LOOP
+    -- one index lookup per new table (a join may scan all of pg_class)
+    SELECT c.relname INTO t FROM pg_class c WHERE c.oid = rel AND NOT c.relispartition;
+    IF t IS NULL OR t !~ '^[qa]_' THEN
+      CONTINUE;
+    END IF;
     IF starts_with(t, 'q_') THEN
       IF @extschema@._auto_attach_match(substr(t, 3)) THEN
         PERFORM @extschema@._auto_attach(substr(t, 3));

@@ -6,6 +6,7 @@
 #include "core/metrics.hpp"
 #include "core/outqueue.hpp"
 #include "http/server.hpp"
+#include "pg/spi.hpp"
 #include "shmem/shared.hpp" // after the PostgreSQL-free headers
 #include "worker/ring_reader.hpp"
 
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace pgbs::worker {
@@ -132,7 +134,10 @@ private:
   };
 
   bool load_catalog_rows(std::vector<StreamInfo> *out,
-                         std::vector<std::pair<int64_t, int64_t>> *maxima);
+                         std::vector<std::pair<int64_t, int64_t>> *maxima, const std::string &where,
+                         const std::vector<pg::Arg> &args);
+  void load_streams(const std::string &where, const std::vector<pg::Arg> &args,
+                    std::unordered_set<int64_t> *present = nullptr);
   StreamState *find_by_name(const std::string &name);
   void dispatch(StreamState &st, const Row &row);
   void tail_add(StreamState &st, const Row &row, const std::shared_ptr<const std::string> &body);
