@@ -280,7 +280,9 @@ BEGIN
   END IF;
   BEGIN
     PERFORM @extschema@._check_stream_name(sname);
-    PERFORM @extschema@._hook(sname, p_queue, 'pgmq', 'q_' || p_queue, 'a_' || p_queue, 'pgmq', true, NULL, true);
+    -- private: the gem reads its streams with signed names, and job queues
+    -- share the prefix (their payloads are nobody's to read)
+    PERFORM @extschema@._hook(sname, p_queue, 'pgmq', 'q_' || p_queue, 'a_' || p_queue, 'pgmq', false, NULL, true);
   EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'pgbus_stream: PGMQ queue "%" not auto-attached: %', p_queue, SQLERRM;
     RETURN false;

@@ -5,7 +5,8 @@
 -- pgmq.send()/send_batch() inserting into the queue, pgmq.drop_queue()
 -- dropping both tables, and pgmq.enable_notify_insert() installing the
 -- per-row NOTIFY trigger with its throttle table that the gem turns on for
--- stream queues. Not an extension: plain objects in schema pgmq.
+-- stream queues (disable_notify_insert() removes it). Not an extension:
+-- plain objects in schema pgmq.
 CREATE SCHEMA IF NOT EXISTS pgmq;
 
 CREATE TABLE IF NOT EXISTS pgmq.meta (
@@ -129,4 +130,12 @@ BEGIN
   EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I', q);
   EXECUTE format('CREATE CONSTRAINT TRIGGER trigger_notify_queue_insert_listeners AFTER INSERT ON pgmq.%I '
                  'DEFERRABLE FOR EACH ROW EXECUTE FUNCTION pgmq.notify_queue_listeners()', q);
+END $$;
+
+CREATE OR REPLACE FUNCTION pgmq.disable_notify_insert(queue_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE format('DROP TRIGGER IF EXISTS trigger_notify_queue_insert_listeners ON pgmq.%I',
+                 pgmq.format_table_name(queue_name, 'q'));
+  DELETE FROM pgmq.notify_insert_throttle t WHERE t.queue_name = lower(disable_notify_insert.queue_name);
 END $$;
