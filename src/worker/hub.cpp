@@ -89,7 +89,10 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
       "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
       "s.archive_table) "
       "                   ELSE '0' END), "
-      "       NOT s.retention_set AND s.retention IS NULL AND s.retention_max IS NULL "
+      // retention_set through to_jsonb: a 0.1.0 catalog (library updated, ALTER
+      // EXTENSION not run yet) has no such column and must still be served.
+      "       NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true) "
+      "       AND s.retention IS NULL AND s.retention_max IS NULL "
       "FROM pgbus_stream.streams s "
       "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL " +
           (where.empty() ? std::string() : " AND (" + where + ")") + " ORDER BY s.id",
