@@ -83,9 +83,11 @@ public:
   // cursor the connection started from.
   void set_start_id(const std::string &id);
 
-  // The SSE id of the last data frame fully copied out, and of the newest
-  // data frame still queued ("" when there is none, or it has no id line):
-  // where a client told of dropped frames resumes from.
+  // The SSE id of the last data frame copied out (a frame partly copied out
+  // counts: it stays first and is always completed, so the client gets all
+  // of it), and of the newest data frame still queued ("" when there is
+  // none, or it has no id line): where a client told of dropped frames
+  // resumes from.
   std::string last_written_id() const;
   std::string newest_queued_id() const;
 

@@ -72,7 +72,9 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
   for (const std::string &name : req.streams) {
     Stream *st = find_by_name(name);
     if (st == nullptr) {
-      if (!reload_catalog())
+      CatalogFilter one;
+      one.name = name;
+      if (!load_streams(one))
         return reject(503, "stream unavailable: cannot read the catalog, retry\n");
       st = find_by_name(name);
     }
@@ -81,12 +83,14 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
     for (const Sub &s : c->subs)
       if (s.st == st)
         return reject(400, "stream named twice: " + name + "\n");
-    if (st->first_bounds && !again)
-      return false;
     Sub sub;
     sub.st = st;
     c->subs.push_back(sub);
   }
+  if (!again)
+    for (const Sub &s : c->subs)
+      if (s.st->first_bounds)
+        return false; // loaded just now: a round bounds it first
   cursor::Cursor cur;
   bool have_cursor = false;
   if (req.cursor) {
@@ -307,7 +311,7 @@ bool Engine::flush_cursors() {
 void Engine::apply_retention() {
   const int batch = 1000;
   for (auto &[id, st] : streams_) {
-    if (!st->info.has_retention)
+    if (!st->info.has_retention && !(st->info.default_retention && cfg_.default_retention))
       continue;
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       int64_t removed = 0, floor = 0;

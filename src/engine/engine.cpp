@@ -34,6 +34,8 @@ Engine::~Engine() {
     ids.push_back(id);
   for (uint64_t id : ids)
     closed(id);
+  for (auto &[id, st] : streams_)
+    obs_.release_stream(st->handle);
 }
 
 // A new overflow policy applies to open connections too (from their next frame).
@@ -52,9 +54,11 @@ bool Engine::read_ok(bool ok) {
   return ok;
 }
 
-bool Engine::reload_catalog() {
+bool Engine::reload_catalog() { return load_streams(CatalogFilter()); }
+
+bool Engine::load_streams(const CatalogFilter &which) {
   std::vector<StreamInfo> infos;
-  if (!read_ok(rows_.load_catalog(&infos)))
+  if (!read_ok(rows_.load_catalog(which, &infos)))
     return false;
   std::unordered_set<int64_t> present;
   for (StreamInfo &si : infos) {
@@ -67,7 +71,7 @@ bool Engine::reload_catalog() {
       continue;
     }
     auto st = std::make_unique<Stream>();
-    st->handle = obs_.stream_handle(si.id);
+    st->handle = obs_.stream_handle(si.id, si.max_committed);
     st->pos.epoch = si.id;
     // The horizon comes from the first round's bounds (a producer in flight
     // may hold ids below the table's maximum); rows up to the maximum were
@@ -82,12 +86,14 @@ bool Engine::reload_catalog() {
     by_name_[st->info.name] = st->info.id;
     streams_[st->info.id] = std::move(st);
   }
-  std::vector<int64_t> gone;
-  for (auto &[id, st] : streams_)
-    if (!present.count(id))
-      gone.push_back(id);
-  for (int64_t id : gone)
-    drop_stream(id, "stream dropped");
+  if (which.all()) {
+    std::vector<int64_t> gone;
+    for (auto &[id, st] : streams_)
+      if (!present.count(id))
+        gone.push_back(id);
+    for (int64_t id : gone)
+      drop_stream(id, "stream dropped");
+  }
   eph_checks_.clear(); // pointers may be gone; a missed check only delays a notice
   for (auto &[id, st] : streams_)
     if (st->ephemeral_check)
@@ -107,6 +113,10 @@ void Engine::drop_stream(int64_t id, const char *reason) {
   auto bn = by_name_.find(it->second->info.name);
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), it->second.get()), watched_.end());
+  eph_checks_.erase(std::remove(eph_checks_.begin(), eph_checks_.end(), it->second.get()),
+                    eph_checks_.end());
+  obs_.release_stream(it->second->handle);
   streams_.erase(it);
 }
 
@@ -159,11 +169,13 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
     settle_tails();
   if (!events.empty()) {
     // A stream created in the same transaction as its first rows may be newer than our catalog.
-    bool unknown = false;
+    CatalogFilter unknown;
     for (const ring::Event &e : events)
-      unknown |= !streams_.count(e.stream_id);
-    if (unknown)
-      reload_catalog();
+      if (!streams_.count(e.stream_id) &&
+          std::find(unknown.ids.begin(), unknown.ids.end(), e.stream_id) == unknown.ids.end())
+        unknown.ids.push_back(e.stream_id);
+    if (!unknown.ids.empty())
+      load_streams(unknown);
     // Read the rows without payload per stream in one call each, then
     // dispatch in commit order. A stream whose read failed gets those ids
     // paged from the table later, once the read works again.

@@ -32,6 +32,7 @@ struct Config {
   size_t replay_page_size = 500;
   std::string default_event = "turbo-stream";
   bool stats_enabled = false;
+  bool default_retention = false; // streams without their own retention get the default one
   size_t max_token_bytes = cursor::kMaxTokenBytes; // per stream of a token
 };
 
@@ -79,6 +80,9 @@ public:
 
   // Loads the catalog; false when the source failed (the old one is kept).
   bool reload_catalog();
+  // Loads only these streams (met one at a time: a subscription, a commit),
+  // so that many streams do not make every miss a full reload.
+  bool load_streams(const CatalogFilter &which);
   bool knows(int64_t stream_id) const;
   // The streams whose horizon bounds the next round needs (every stream when
   // `full`, else the ones with connections here, all at least every 100 ms).

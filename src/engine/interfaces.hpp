@@ -32,8 +32,16 @@ struct StreamInfo {
   std::string name;
   bool is_public = true;
   bool has_retention = false;
-  int64_t retention_floor = 0; // highest msg_id removed by retention
-  int64_t max_committed = 0;   // highest msg_id in the queue and its archive at load
+  int64_t retention_floor = 0;    // highest msg_id removed by retention
+  int64_t max_committed = 0;      // highest msg_id in the queue and its archive at load
+  bool default_retention = false; // never configured: the default retention applies
+};
+
+// Which streams of the catalog a load reads: all, or only these.
+struct CatalogFilter {
+  std::vector<int64_t> ids;
+  std::string name;
+  bool all() const { return ids.empty() && name.empty(); }
 };
 
 // A subscriber's stored position of one stream.
@@ -54,8 +62,9 @@ struct HistoryRow {
 class RowSource {
 public:
   virtual ~RowSource() = default;
-  // The catalog (streams whose queue table exists); false: no extension or failure.
-  virtual bool load_catalog(std::vector<StreamInfo> *out) = 0;
+  // The catalog (streams whose queue table exists), or the part the filter
+  // names; false on failure (no extension: true, nothing).
+  virtual bool load_catalog(const CatalogFilter &which, std::vector<StreamInfo> *out) = 0;
   // The rows with these ids (any order; missing ones are simply absent).
   virtual bool rows_by_id(const StreamInfo &s, const std::vector<int64_t> &ids,
                           std::vector<Row> *out) = 0;
@@ -114,7 +123,10 @@ struct StreamDelta {
 class Observer {
 public:
   virtual ~Observer() = default;
-  virtual void *stream_handle(int64_t stream_id) = 0;
+  // Held until release_stream(); `table_max` (the tables' highest msg_id)
+  // raises the stream's shared committed maximum.
+  virtual void *stream_handle(int64_t stream_id, int64_t table_max) = 0;
+  virtual void release_stream(void *stream) = 0;
   // How many ephemeral broadcasts the stream's producers have committed
   // (numbered in ring order; see shmem/ring_record.hpp).
   virtual uint64_t ephemeral_seq(void *stream) = 0;

@@ -20,6 +20,7 @@ engine::Config engine_config() {
   c.replay_page_size = (size_t)guc::replay_page_size;
   c.default_event = guc::default_event ? guc::default_event : "";
   c.stats_enabled = guc::stats_enabled;
+  c.default_retention = guc::default_retention_s > 0;
   return c;
 }
 
@@ -55,8 +56,19 @@ namespace {
 shmem::StreamEntry *entry(void *h) { return static_cast<shmem::StreamEntry *>(h); }
 } // namespace
 
-void *ShmemObserver::stream_handle(int64_t stream_id) {
-  return shmem::stream_entry(dboid_, stream_id, true);
+// Held by this worker while the engine knows the stream (entries are reused
+// once nobody holds them); a new entry starts at 0, so it is raised to the
+// tables' maximum.
+void *ShmemObserver::stream_handle(int64_t stream_id, int64_t table_max) {
+  shmem::StreamEntry *e = shmem::acquire_stream(dboid_, stream_id, worker_index_);
+  if (e)
+    shmem::advance_max_committed(e, table_max);
+  return e;
+}
+
+void ShmemObserver::release_stream(void *stream) {
+  if (stream)
+    shmem::release_stream(entry(stream), worker_index_);
 }
 
 uint64_t ShmemObserver::ephemeral_seq(void *stream) {
@@ -143,11 +155,6 @@ void Hub::reload_catalog() {
     return; // tried again next round
   catalog_version_ = version;
   catalog_loaded_ = true;
-  // The committed maximum of each queue seeds the shared one (a restart
-  // starts from the tables).
-  for (const engine::Engine::StreamView &v : engine_.streams())
-    if (v.handle)
-      shmem::advance_max_committed(static_cast<shmem::StreamEntry *>(v.handle), v.max_committed);
 }
 
 void Hub::cycle(bool full) {
@@ -158,7 +165,13 @@ void Hub::cycle(bool full) {
   entries_.clear();
   for (void *h : engine_.round_handles())
     entries_.push_back(static_cast<shmem::StreamEntry *>(h));
-  read_horizon_bounds(dboid_, ids, &entries_, &bounds_);
+  read_horizon_bounds(dboid_, worker_index_, ids, &entries_, &bounds_);
+  // An entry acquired there (shared memory had no room when the engine
+  // loaded the stream) is not the engine's: let it go again.
+  const std::vector<void *> &held = engine_.round_handles();
+  for (size_t k = 0; k < entries_.size() && k < held.size(); ++k)
+    if (held[k] == nullptr && entries_[k] != nullptr)
+      shmem::release_stream(entries_[k], worker_index_);
   events_.clear();
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());

@@ -44,7 +44,8 @@ private:
 class ShmemObserver : public engine::Observer {
 public:
   ShmemObserver(uint32_t dboid, int worker_index) : dboid_(dboid), worker_index_(worker_index) {}
-  void *stream_handle(int64_t stream_id) override;
+  void *stream_handle(int64_t stream_id, int64_t table_max) override;
+  void release_stream(void *stream) override;
   uint64_t ephemeral_seq(void *stream) override;
   void stream_figures(void *stream, const engine::StreamDelta &d) override;
   void subscribers(void *stream, int delta) override;

@@ -38,16 +38,27 @@ template <typename F> bool run(const char *what, F &&fn) {
 
 } // namespace
 
-bool SqlRowSource::load_catalog(std::vector<engine::StreamInfo> *out) {
+bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
+                                std::vector<engine::StreamInfo> *out) {
   std::unordered_map<int64_t, std::string> sqls, maxes;
   bool present = false;
+  pg::Table t;
   const bool ok = run("catalog read", [&](pg::SpiTx &tx) {
     pg::Table ext = tx.query("SELECT 1 FROM pg_extension WHERE extname = 'pgbus_stream'");
     present = ext.rows() > 0;
     if (!present)
       return;
+    std::string where;
+    std::vector<pg::Arg> args;
+    if (!which.ids.empty()) {
+      where = " AND s.id = ANY($1)";
+      args.push_back(pg::Arg::int8_array(which.ids));
+    } else if (!which.name.empty()) {
+      where = " AND s.name = $1";
+      args.push_back(pg::Arg::txt(which.name));
+    }
     // The committed maximum of each queue (and archive) seeds the horizon.
-    pg::Table t = tx.query(
+    t = tx.query(
         "SELECT s.id, s.name, s.public, pgbus_stream._rows_sql(s), s.retention_floor, "
         "       (s.retention IS NOT NULL OR s.retention_max IS NOT NULL), "
         "       format('SELECT greatest((SELECT max(msg_id) FROM %I.%I), %s)', s.queue_schema, "
@@ -57,34 +68,57 @@ bool SqlRowSource::load_catalog(std::vector<engine::StreamInfo> *out) {
         "                        IS NOT NULL "
         "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
         "                               s.archive_table) "
-        "                   ELSE '0' END) "
+        "                   ELSE '0' END), "
+        // retention_set through to_jsonb: a 0.1.0 catalog (library updated,
+        // ALTER EXTENSION not run yet) has no such column and must still be served.
+        "       NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true) "
+        "       AND s.retention IS NULL AND s.retention_max IS NULL "
         "FROM pgbus_stream.streams s "
-        "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL "
-        "ORDER BY s.id");
-    for (size_t r = 0; r < t.rows(); r++) {
-      engine::StreamInfo si;
-      si.id = to_i64(t.at(r, 0));
-      si.name = t.at(r, 1).value_or("");
-      si.is_public = t.at(r, 2).value_or("t") == "t";
-      sqls[si.id] = t.at(r, 3).value_or("");
-      si.retention_floor = to_i64(t.at(r, 4));
-      si.has_retention = t.at(r, 5).value_or("f") == "t";
-      maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
-      pg::Table m = tx.query(maxes[si.id]);
-      si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
-      out->push_back(std::move(si));
-    }
+        "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL" +
+            where + " ORDER BY s.id",
+        args);
   });
   if (!ok || !present) {
     out->clear(); // no extension in this database: no streams
-    if (ok) {
+    if (ok && which.all()) {
       rows_sql_.clear();
       max_sql_.clear();
     }
     return ok;
   }
-  rows_sql_.swap(sqls);
-  max_sql_.swap(maxes);
+  // Each maximum locks its tables until commit: a few hundred streams per
+  // transaction, so that a database with many queues stays within the lock table.
+  for (size_t from = 0; from < t.rows(); from += 200) {
+    const bool part_ok = run("catalog read", [&](pg::SpiTx &tx) {
+      for (size_t r = from; r < t.rows() && r < from + 200; r++) {
+        engine::StreamInfo si;
+        si.id = to_i64(t.at(r, 0));
+        si.name = t.at(r, 1).value_or("");
+        si.is_public = t.at(r, 2).value_or("t") == "t";
+        sqls[si.id] = t.at(r, 3).value_or("");
+        si.retention_floor = to_i64(t.at(r, 4));
+        si.has_retention = t.at(r, 5).value_or("f") == "t";
+        si.default_retention = t.at(r, 7).value_or("f") == "t";
+        maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
+        pg::Table m = tx.query(maxes[si.id]);
+        si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
+        out->push_back(std::move(si));
+      }
+    });
+    if (!part_ok) {
+      out->clear();
+      return false;
+    }
+  }
+  if (which.all()) {
+    rows_sql_.swap(sqls);
+    max_sql_.swap(maxes);
+  } else {
+    for (auto &[id, q] : sqls)
+      rows_sql_[id] = q;
+    for (auto &[id, q] : maxes)
+      max_sql_[id] = q;
+  }
   return true;
 }
 
@@ -231,7 +265,10 @@ bool SqlRowSource::prune_history(int64_t max_age_s) {
 }
 
 bool SqlRowSource::probe() {
-  return run("database probe", [](pg::SpiTx &tx) { tx.query("SELECT 1"); });
+  // The catalog the worker serves from: /healthz also says 503 when the
+  // extension's tables cannot be read (e.g. dropped).
+  return run("database probe",
+             [](pg::SpiTx &tx) { tx.query("SELECT 1 FROM pgbus_stream.streams LIMIT 1"); });
 }
 
 } // namespace pgbs::worker

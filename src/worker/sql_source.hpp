@@ -13,7 +13,8 @@ namespace pgbs::worker {
 
 class SqlRowSource : public engine::RowSource {
 public:
-  bool load_catalog(std::vector<engine::StreamInfo> *out) override;
+  bool load_catalog(const engine::CatalogFilter &which,
+                    std::vector<engine::StreamInfo> *out) override;
   bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
                   std::vector<engine::Row> *out) override;
   bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,

@@ -14,10 +14,16 @@ bool Source::ok(int64_t stream_id) {
   return !w_.ch.chance(w_.fail_percent);
 }
 
-bool Source::load_catalog(std::vector<engine::StreamInfo> *out) {
+bool Source::load_catalog(const engine::CatalogFilter &which,
+                          std::vector<engine::StreamInfo> *out) {
   if (!ok(-1))
     return false;
   for (const SimStream &s : w_.streams) {
+    if (!which.name.empty() && which.name != s.name)
+      continue;
+    if (!which.ids.empty() &&
+        std::find(which.ids.begin(), which.ids.end(), s.id) == which.ids.end())
+      continue;
     engine::StreamInfo si;
     si.id = s.id;
     si.name = s.name;

@@ -116,7 +116,8 @@ class World;
 class Source : public engine::RowSource {
 public:
   explicit Source(World &w) : w_(w) {}
-  bool load_catalog(std::vector<engine::StreamInfo> *out) override;
+  bool load_catalog(const engine::CatalogFilter &which,
+                    std::vector<engine::StreamInfo> *out) override;
   bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
                   std::vector<engine::Row> *out) override;
   bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,
@@ -157,7 +158,8 @@ private:
 class Obs : public engine::Observer {
 public:
   explicit Obs(World &w) : w_(w) {}
-  void *stream_handle(int64_t id) override { return reinterpret_cast<void *>(id); }
+  void *stream_handle(int64_t id, int64_t) override { return reinterpret_cast<void *>(id); }
+  void release_stream(void *) override {}
   uint64_t ephemeral_seq(void *stream) override;
   void stream_figures(void *, const engine::StreamDelta &) override {}
   void subscribers(void *, int) override {}
