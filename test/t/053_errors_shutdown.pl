@@ -75,7 +75,9 @@ my $c = $pg->sse('/streams/broken?replay=all');
 my $msg;
 for (1 .. 100)
 {
-	($msg) = substr(slurp_file($pg->logfile), $log_at) =~ /WARNING:  pgbus_stream: worker error: (.*)/;
+	# (a failed read is retried: "<what> failed (retried later): <message>")
+	($msg) = substr(slurp_file($pg->logfile), $log_at) =~
+	  /WARNING:  pgbus_stream: (?:worker error|[a-z ]+ failed \(retried later\)): (.*)/;
 	last if defined $msg;
 	sleep 0.1;
 }
