@@ -1006,10 +1006,28 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
 }
 
 void Hub::apply_retention() {
-  const int batch = 1000;
+  // Streams with their own retention are visited every run; those under
+  // default_retention (the gem's, possibly many thousands) at most
+  // kDefaultPerRun per run, round-robin by id, so one run stays bounded.
+  constexpr size_t kDefaultPerRun = 100;
+  std::vector<int64_t> ids, defaults;
   for (auto &[id, st] : streams_) {
-    if (!st->info.has_retention && !(st->info.default_retention && guc::default_retention_s > 0))
-      continue;
+    if (st->info.has_retention)
+      ids.push_back(id);
+    else if (st->info.default_retention && guc::default_retention_s > 0)
+      defaults.push_back(id);
+  }
+  std::sort(defaults.begin(), defaults.end());
+  auto next = std::upper_bound(defaults.begin(), defaults.end(), default_retention_after_);
+  for (size_t k = 0; k < std::min(kDefaultPerRun, defaults.size()); k++, next++) {
+    if (next == defaults.end())
+      next = defaults.begin();
+    ids.push_back(*next);
+    default_retention_after_ = *next;
+  }
+  const int batch = 1000;
+  for (int64_t id : ids) {
+    StreamState *st = streams_.at(id).get();
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       pg::SpiTx tx;
       pg::Table t =

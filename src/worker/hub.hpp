@@ -193,6 +193,7 @@ private:
   int worker_index_;
   RingReader reader_;
   uint64_t catalog_version_ = 0;
+  int64_t default_retention_after_ = 0; // apply_retention's round-robin position
   std::unordered_map<int64_t, std::unique_ptr<StreamState>> streams_;
   std::unordered_map<std::string, int64_t> by_name_;
   std::unordered_map<uint64_t, Conn> conns_;

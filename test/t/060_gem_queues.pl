@@ -158,6 +158,15 @@ for my $q ('pgbus_old', 'pgbus_kept')
 	      SELECT now(), now() - interval '2 hours', jsonb_build_object('html', i) FROM generate_series(1, 5) i});
 	send_html($q, 'fresh');
 }
+# More streams under the default than one retention run visits (100):
+# every one is reached within a few runs.
+q1(q{DO $$ BEGIN
+  FOR i IN 1..150 LOOP
+    PERFORM pgmq.create('pgbus_r_' || i);
+    EXECUTE format('INSERT INTO pgmq.%I (vt, enqueued_at, message) VALUES (now(), now() - interval ''2 hours'', ''{}'')',
+                   'q_pgbus_r_' || i);
+  END LOOP;
+END $$});
 sleep 2.5;
 is(q1(q{SELECT count(*) FROM pgmq.q_pgbus_old}), '6', 'default_retention 0: nothing removed');
 $pg->append_conf('postgresql.conf', "pgbus_stream.default_retention = '1h'\n");
@@ -167,6 +176,13 @@ sleep 0.2 while time < $deadline && q1(q{SELECT count(*) FROM pgmq.q_pgbus_old})
 is(q1(q{SELECT count(*) || '/' || (SELECT count(*) FROM pgmq.a_pgbus_old) FROM pgmq.q_pgbus_old}), '1/5',
 	'default_retention 1h: the five old rows moved to the archive, the fresh one kept');
 is(q1(q{SELECT count(*) FROM pgmq.q_pgbus_kept}), '6', 'a stream with set_retention() keeps its own');
+my $left_sql = q{SELECT count(*) FROM generate_series(1, 150) i
+                  WHERE EXISTS (SELECT 1 FROM pgmq.meta WHERE queue_name = 'pgbus_r_' || i)
+                    AND (xpath('/row/c/text()', query_to_xml(format('SELECT count(*) AS c FROM pgmq.%I', 'q_pgbus_r_' || i),
+                                                              false, true, '')))[1]::text::int > 0};
+$deadline = time + 20;
+sleep 0.3 while time < $deadline && q1($left_sql) ne '0';
+is(q1($left_sql), '0', '150 streams under default_retention: every one trimmed, 100 per run');
 
 # DROP EXTENSION leaves the gem's queues working.
 q1('DROP EXTENSION pgbus_stream CASCADE');
