@@ -6,7 +6,8 @@
 -- The pgbus gem's queues: auto_attach, default_retention, logical names.
 ALTER TABLE @extschema@.streams
   ADD COLUMN auto_attached boolean NOT NULL DEFAULT false,  -- captured by pgbus_stream.auto_attach
-  ADD COLUMN retention_set boolean NOT NULL DEFAULT false;  -- retention configured: default_retention does not apply
+  ADD COLUMN retention_set boolean NOT NULL DEFAULT false,  -- retention configured: default_retention does not apply
+  ADD COLUMN hooked boolean NOT NULL DEFAULT true;          -- capture triggers on the queue (auto-attached: at first subscription)
 UPDATE @extschema@.streams SET retention_set = true WHERE retention IS NOT NULL OR retention_max IS NOT NULL;
 
 DROP FUNCTION @extschema@._hook(text, text, text, text, text, text, boolean, interval);
@@ -40,23 +41,42 @@ BEGIN
     p_archive := NULL;
   END IF;
   INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public,
-                                   retention, retention_set, auto_attached)
+                                   retention, retention_set, auto_attached, hooked)
   VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention, p_retention IS NOT NULL,
-          p_auto)
+          p_auto, false)
   RETURNING * INTO s;
-  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %s FOR EACH STATEMENT '
-                 'EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
-  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %s REFERENCING NEW TABLE AS pgbus_new '
-                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
   IF p_auto THEN
-    -- Workers learn of it from its first commit or subscription; shared
-    -- memory gets an entry only once it is written or watched.
+    -- No triggers until someone subscribes (_hook_triggers): a queue nobody
+    -- watches, like the gem's job queues, costs its producers nothing.
+    -- Workers learn of the stream from its first subscription.
     PERFORM @extschema@._stream_born(s.id);
-  ELSE
-    PERFORM @extschema@._catalog_changed(s.id, true);
+    RETURN s;
   END IF;
+  PERFORM @extschema@._hook_triggers(s.id);
+  PERFORM @extschema@._catalog_changed(s.id, true);
+  SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
   RETURN s;
 END $$;
+
+-- _hook_triggers puts the capture triggers on a stream's queue table. For an
+-- auto-attached stream the worker calls it at the first subscription: CREATE
+-- TRIGGER waits for the inserts in flight, so every row committed before it
+-- is in the table (replayed from there) and every later one is captured.
+CREATE FUNCTION @extschema@._hook_triggers(stream_id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams;
+BEGIN
+  SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id FOR UPDATE;
+  IF NOT FOUND OR s.hooked THEN
+    RETURN;
+  END IF;
+  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %I.%I FOR EACH STATEMENT '
+                 'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I REFERENCING NEW TABLE AS pgbus_new '
+                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  UPDATE @extschema@.streams SET hooked = true WHERE id = s.id;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@._hook_triggers(bigint) FROM PUBLIC;
 CREATE OR REPLACE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT true,
                                           retention interval DEFAULT NULL)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
@@ -260,7 +280,9 @@ BEGIN
    WHERE queue_schema = p_schema AND queue_table = p_table AND auto_attached
   RETURNING * INTO s;
   IF FOUND THEN
+    PERFORM @extschema@._hook_triggers(s.id);
     PERFORM @extschema@._catalog_changed(s.id);
+    SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
   END IF;
   RETURN s;
 END $$;

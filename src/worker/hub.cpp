@@ -87,7 +87,7 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
       "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
       "s.archive_table) "
       "                   ELSE '0' END), "
-      "       NOT s.retention_set AND s.retention IS NULL AND s.retention_max IS NULL "
+      "       s.hooked "
       "FROM pgbus_stream.streams s "
       "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL " +
           (where.empty() ? std::string() : " AND (" + where + ")") + " ORDER BY s.id",
@@ -109,7 +109,7 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
     si.rows_sql = t.at(r, 3).value_or("");
     si.retention_floor = to_i64(t.at(r, 4));
     si.has_retention = t.at(r, 5).value_or("f") == "t";
-    si.default_retention = t.at(r, 7).value_or("f") == "t";
+    si.hooked = t.at(r, 7).value_or("t") == "t";
     pg::Table m = mtx->query(t.at(r, 6).value_or("SELECT 0"));
     maxima->emplace_back(si.id, m.rows() ? to_i64(m.at(0, 0)) : 0);
     out->push_back(std::move(si));
@@ -178,6 +178,29 @@ void Hub::drop_stream_state(int64_t id, const char *reason) {
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
   streams_.erase(it);
+}
+
+// An auto-attached stream gets its capture triggers at its first
+// subscription (until then its producers pay nothing). The rows committed
+// before are all in the table (CREATE TRIGGER waits for inserts in flight),
+// so the stream is loaded afresh: its position starts at the table's maximum
+// and replays read the rest from the table. Nobody was subscribed to it.
+Hub::StreamState *Hub::hook(StreamState *st) {
+  const int64_t id = st->info.id;
+  if (!st->conns.empty()) { // another worker hooked it, this one's catalog row is older
+    st->info.hooked = true;
+    return st;
+  }
+  {
+    pg::SpiTx tx;
+    tx.query("SET LOCAL lock_timeout = '2s'", {}, false);
+    tx.query("SELECT pgbus_stream._hook_triggers($1)", {pg::Arg::int8(id)}, false);
+    tx.commit();
+  }
+  drop_stream_state(id, "stream hooked");
+  load_streams("s.id = $1", {pg::Arg::int8(id)});
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second.get();
 }
 
 Hub::StreamState *Hub::find_by_name(const std::string &name) {
@@ -743,6 +766,8 @@ void Hub::subscribe(const http::Request &req) {
       load_streams("s.name = $1", {pg::Arg::txt(name)});
       st = find_by_name(name);
     }
+    if (st != nullptr && !st->info.hooked)
+      st = hook(st);
     if (st == nullptr) {
       reject(req, 404, "unknown stream: " + name + "\n");
       return;
@@ -1007,27 +1032,37 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
 
 void Hub::apply_retention() {
   // Streams with their own retention are visited every run; those under
-  // default_retention (the gem's, possibly many thousands) at most
+  // default_retention (the gem's, possibly many thousands, most of them
+  // never loaded by this worker) come from the catalog, at most
   // kDefaultPerRun per run, round-robin by id, so one run stays bounded.
-  constexpr size_t kDefaultPerRun = 100;
-  std::vector<int64_t> ids, defaults;
-  for (auto &[id, st] : streams_) {
+  constexpr int64_t kDefaultPerRun = 100;
+  std::vector<int64_t> ids;
+  for (auto &[id, st] : streams_)
     if (st->info.has_retention)
       ids.push_back(id);
-    else if (st->info.default_retention && guc::default_retention_s > 0)
-      defaults.push_back(id);
-  }
-  std::sort(defaults.begin(), defaults.end());
-  auto next = std::upper_bound(defaults.begin(), defaults.end(), default_retention_after_);
-  for (size_t k = 0; k < std::min(kDefaultPerRun, defaults.size()); k++, next++) {
-    if (next == defaults.end())
-      next = defaults.begin();
-    ids.push_back(*next);
-    default_retention_after_ = *next;
+  if (guc::default_retention_s > 0) {
+    const std::string sql =
+        "SELECT id FROM pgbus_stream.streams WHERE NOT retention_set AND retention IS NULL "
+        "AND retention_max IS NULL AND id > $1 ORDER BY id LIMIT $2";
+    pg::SpiTx tx;
+    pg::Table t =
+        tx.query(sql, {pg::Arg::int8(default_retention_after_), pg::Arg::int8(kDefaultPerRun)});
+    if (t.rows() < (size_t)kDefaultPerRun && default_retention_after_ > 0) { // wrap around
+      default_retention_after_ = 0;
+      pg::Table more =
+          tx.query(sql, {pg::Arg::int8(0), pg::Arg::int8(kDefaultPerRun - (int64_t)t.rows())});
+      t.cells.insert(t.cells.end(), more.cells.begin(), more.cells.end());
+    }
+    tx.commit();
+    for (size_t r = 0; r < t.rows(); r++)
+      ids.push_back(to_i64(t.at(r, 0)));
+    if (t.rows() > 0)
+      default_retention_after_ = ids.back(); // the next run goes on from here
   }
   const int batch = 1000;
   for (int64_t id : ids) {
-    StreamState *st = streams_.at(id).get();
+    auto found = streams_.find(id);
+    StreamState *st = found == streams_.end() ? nullptr : found->second.get();
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       pg::SpiTx tx;
       pg::Table t =
@@ -1035,9 +1070,9 @@ void Hub::apply_retention() {
                    {pg::Arg::int8(id), pg::Arg::int8(batch)}, false);
       tx.commit();
       int64_t removed = t.rows() ? to_i64(t.at(0, 0)) : 0;
-      if (t.rows())
+      if (t.rows() && st)
         st->info.retention_floor = std::max(st->info.retention_floor, to_i64(t.at(0, 1)));
-      if (removed > 0 && st->entry)
+      if (removed > 0 && st && st->entry)
         pg_atomic_fetch_add_u64(&st->entry->stats.retention_dropped, (uint64)removed);
       if (removed < batch)
         break;

@@ -29,8 +29,8 @@ struct StreamInfo {
       rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
   bool is_public = true;
   bool has_retention = false;
-  bool default_retention = false; // never configured: pgbus_stream.default_retention applies
-  int64_t retention_floor = 0;    // highest msg_id removed by retention
+  bool hooked = true;          // capture triggers in place (auto-attached: at first subscription)
+  int64_t retention_floor = 0; // highest msg_id removed by retention
 };
 
 struct Row {
@@ -139,6 +139,7 @@ private:
   void load_streams(const std::string &where, const std::vector<pg::Arg> &args,
                     std::unordered_set<int64_t> *present = nullptr);
   StreamState *find_by_name(const std::string &name);
+  StreamState *hook(StreamState *st);
   void dispatch(StreamState &st, const Row &row);
   void tail_add(StreamState &st, const Row &row, const std::shared_ptr<const std::string> &body);
   void tail_drop(StreamState &st, int64_t upto);

@@ -17,6 +17,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use PgbusNode qw(sql_literal);
 
+my $c;
+
 my $pg = PgbusNode->new('gem', extension => 0, conf => "pgbus_stream.retention_interval = 1\n");
 my $fixture = slurp_file("$FindBin::Bin/../lib/pgmq_fixture.sql");
 $pg->safe_psql('postgres', $fixture);
@@ -56,6 +58,9 @@ is(q1(q{SELECT string_agg(name || '=' || queue_table || '/' || archive_table || 
 	'queues that existed at CREATE EXTENSION: the gem\'s two attached, billing_events not');
 is(q1(q{SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgmq.q_billing_events'::regclass}),
 	'0', 'no trigger on a queue auto_attach does not match');
+my $triggers = q{SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgmq.q_pgbus_ai_chat_3a4f9c21b7d20e18_messages'::regclass};
+is(q1($triggers), '0', 'an auto-attached queue nobody watched has no trigger yet (its producers pay nothing)');
+send_html('pgbus_ai_chat_3a4f9c21b7d20e18_messages', 'before anyone watched');
 
 # The gem's names, from one implementation.
 is(q1(q{SELECT pgbus_stream.queue_name('ai_chat_3a4f9c21b7d20e18:messages')}),
@@ -72,6 +77,13 @@ is(q1(q{SELECT count(*) FROM pg_class WHERE relname LIKE 'q_pgbus_xxxx%'}), '0',
 
 delivered_ok('ai_chat_3a4f9c21b7d20e18_messages', 'pgbus_ai_chat_3a4f9c21b7d20e18_messages',
 	'queue made before CREATE EXTENSION');
+is(q1($triggers), '2', 'the first subscription put the capture triggers on');
+$c = $pg->open_stream('ai_chat_3a4f9c21b7d20e18_messages', query => 'since=0');
+$c->wait_for_data_events(4, 10);
+is_deeply([ map { $_->{data} } $c->data_events ],
+	[ 'before anyone watched', map { "queue made before CREATE EXTENSION $_" } 1 .. 3 ],
+	'?since=0 replays the row written before the triggers, then the rest');
+$c->close;
 
 # After CREATE EXTENSION: pgmq.create as the gem calls it, on its first broadcast.
 my $logical = 'orders.eu-west:42';
@@ -84,7 +96,7 @@ ok(defined $pg->wait_stream_served('orders_eu_west_42'), 'and served');
 delivered_ok('orders_eu_west_42', 'pgbus_orders_eu_west_42', 'queue made after CREATE EXTENSION');
 
 # SQL functions take the logical name too.
-my $c = $pg->open_stream('orders_eu_west_42');
+$c = $pg->open_stream('orders_eu_west_42');
 my $id = q1('SELECT pgbus_stream.broadcast(' . sql_literal($logical) . q{, '<p>by logical name</p>')});
 ok($c->wait_for_data_events(1, 10), 'broadcast() by logical name arrives');
 is(($c->data_events)[0]{data}, '<p>by logical name</p>', '... with its payload');
