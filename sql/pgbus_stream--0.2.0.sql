@@ -24,9 +24,10 @@ CREATE TABLE @extschema@.streams (
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.streams', '');
 -- Stream ids are cursor epochs, so they must never repeat in this cluster,
 -- even when the extension is dropped and created again: start them at the
--- number of seconds since 2026-01-01.
+-- number of microseconds since 2026-01-01. Creating a stream takes far longer
+-- than a microsecond, so no earlier installation can have got this far.
 SELECT setval(pg_get_serial_sequence('@extschema@.streams', 'id'),
-              greatest(1, extract(epoch FROM clock_timestamp())::bigint - 1767225600));
+              greatest(1, ((extract(epoch FROM clock_timestamp()) - 1767225600) * 1000000)::bigint));
 
 -- Durable subscriber cursors, flushed by the workers in batches.
 CREATE TABLE @extschema@.subscribers (
@@ -50,6 +51,10 @@ CREATE TABLE @extschema@.stream_stats (
   created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX ON @extschema@.stream_stats (created_at);
+-- The history is kept by pg_dump too, with its id sequence (else rows written
+-- after a restore would take the restored rows' ids).
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.stream_stats', '');
+SELECT pg_catalog.pg_extension_config_dump(pg_get_serial_sequence('@extschema@.stream_stats', 'id')::regclass, '');
 
 REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
 

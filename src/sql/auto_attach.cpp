@@ -26,11 +26,10 @@ extern "C" Datum pgbus_stream_auto_attach_match(PG_FUNCTION_ARGS) {
 
 // _stream_born(stream_id): a new stream starts from nothing, whatever an
 // older incarnation of the extension left in shared memory under the same
-// id; unlike _catalog_changed() it takes no entry (auto-attached queues are
-// many, and most are never watched) and does not make the workers reload.
+// id. It takes no entry (auto-attached queues are
+// many, and most are never watched) and, unlike _catalog_changed(), does
+// not make the workers reload.
 extern "C" Datum pgbus_stream_stream_born(PG_FUNCTION_ARGS) {
-  pgbs::shmem::StreamEntry *e = pgbs::shmem::stream_entry(MyDatabaseId, PG_GETARG_INT64(0), false);
-  if (e != nullptr)
-    pg_atomic_write_u64(&e->max_committed, 0);
+  pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
   PG_RETURN_VOID();
 }

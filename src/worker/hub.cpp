@@ -64,6 +64,8 @@ Hub::~Hub() {
     ids.push_back(id);
   for (uint64_t id : ids)
     closed(id);
+  for (auto &[id, st] : streams_)
+    shmem::release_stream(st->entry, worker_index_);
 }
 
 bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
@@ -87,7 +89,9 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
       "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
       "s.archive_table) "
       "                   ELSE '0' END), "
-      "       s.hooked "
+      // hooked through to_jsonb: a 0.1.0 catalog (library updated, ALTER
+      // EXTENSION not run yet) has no such column and must still be served.
+      "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true) "
       "FROM pgbus_stream.streams s "
       "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL " +
           (where.empty() ? std::string() : " AND (" + where + ")") + " ORDER BY s.id",
@@ -142,7 +146,7 @@ void Hub::load_streams(const std::string &where, const std::vector<pg::Arg> &arg
   std::vector<std::pair<int64_t, int64_t>> maxima;
   load_catalog_rows(&infos, &maxima, where, args);
   for (auto &[id, max] : maxima)
-    raise_max_committed(dboid_, id, max);
+    shmem::raise_max_committed(dboid_, id, max);
   for (auto &si : infos) {
     if (present)
       present->insert(si.id);
@@ -152,7 +156,11 @@ void Hub::load_streams(const std::string &where, const std::vector<pg::Arg> &arg
       continue;
     }
     auto st = std::make_unique<StreamState>();
-    st->entry = shmem::stream_entry(dboid_, si.id, true);
+    st->entry = shmem::acquire_stream(dboid_, si.id, worker_index_);
+    if (st->entry)
+      for (auto &[id, max] : maxima)
+        if (id == si.id)
+          shmem::advance_max_committed(st->entry, max); // a new entry starts at 0
     st->pos.epoch = si.id;
     for (auto &[id, max] : maxima)
       if (id == si.id) {
@@ -177,6 +185,8 @@ void Hub::drop_stream_state(int64_t id, const char *reason) {
   auto bn = by_name_.find(it->second->info.name);
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), it->second.get()), watched_.end());
+  shmem::release_stream(it->second->entry, worker_index_);
   streams_.erase(it);
 }
 
@@ -670,7 +680,7 @@ void Hub::cycle(bool full) {
       include(st);
   catalog_reloaded_ = false;
   HorizonBounds &bounds = cycle_bounds_;
-  read_horizon_bounds(dboid_, ids, &cycle_entries_, &bounds);
+  read_horizon_bounds(dboid_, worker_index_, ids, &cycle_entries_, &bounds);
   for (size_t k = 0; k < cycle_states_.size(); ++k) // found now if shared memory had no room before
     if (!cycle_states_[k]->entry)
       cycle_states_[k]->entry = cycle_entries_[k];
@@ -1042,8 +1052,9 @@ void Hub::apply_retention() {
       ids.push_back(id);
   if (guc::default_retention_s > 0) {
     const std::string sql =
-        "SELECT id FROM pgbus_stream.streams WHERE NOT retention_set AND retention IS NULL "
-        "AND retention_max IS NULL AND id > $1 ORDER BY id LIMIT $2";
+        "SELECT id FROM pgbus_stream.streams s "
+        "WHERE NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true) "
+        "AND retention IS NULL AND retention_max IS NULL AND id > $1 ORDER BY id LIMIT $2";
     pg::SpiTx tx;
     pg::Table t =
         tx.query(sql, {pg::Arg::int8(default_retention_after_), pg::Arg::int8(kDefaultPerRun)});

@@ -54,6 +54,7 @@ my $last = ($c->data_events)[-1]{id};
 
 # Worker restart: pgbus:shutdown without an id line.
 my @pids = $pg->worker_pids;
+$pg->expect_exit($pids[0], 1);
 ok(kill('TERM', $pids[0]), 'SIGTERM the worker');
 ok($c->wait_until(sub { grep { ($_->{event} // '') eq 'pgbus:shutdown' } $_[0]->events }, 10),
 	'pgbus:shutdown arrives');
