@@ -474,7 +474,12 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
                     errmsg("pgbus_stream._capture() AFTER trigger needs REFERENCING NEW TABLE")));
   TupleDesc desc = RelationGetDescr(td->tg_relation);
   int attnum = attnum_of(desc, "msg_id");
-  int message_attnum = pgbs::guc::inline_payload_max > 0 ? attnum_of(desc, "message") : 0;
+  // A stream nobody watches (the gem's job queues share its prefix) gets no
+  // payload copies: a subscriber arriving before the commit has its worker
+  // read the rows back, and the ring keeps room for watched streams.
+  const bool watched = ts->entry && pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0;
+  int message_attnum =
+      pgbs::guc::inline_payload_max > 0 && watched ? attnum_of(desc, "message") : 0;
   if (attnum == 0)
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
                     errmsg("pgbus_stream: table \"%s\" has no msg_id column",

@@ -52,12 +52,6 @@ std::string format_addr(const sockaddr *sa) {
   return "?";
 }
 
-// "127.x.y.z:port" or "[::1]:port" (as format_addr writes them).
-bool is_loopback(const std::string &addr) {
-  return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 6, "[::1]") == 0 ||
-         addr.compare(0, 12, "[::ffff:127.") == 0;
-}
-
 // Compares without an early exit, so the time taken says nothing of the secret.
 bool constant_time_equal(const std::string &a, const std::string &b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -222,6 +216,9 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
     if (ci->header_size > c->raw_uri.size() + cfg.max_header_bytes)
       return answer(c, mc, 431, "request headers too large\n", kTextPlain, {});
   }
+  // RFC 9112 3.2: an HTTP/1.1 request without a Host header is answered 400.
+  if (!c->http10 && !MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+    return answer(c, mc, 400, "missing Host header\n", kTextPlain, {});
 
   Target t;
   std::string reason;

@@ -225,4 +225,9 @@ bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
   return false;
 }
 
+bool is_loopback(std::string_view addr) {
+  return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 5, "[::1]") == 0 ||
+         addr.compare(0, 12, "[::ffff:127.") == 0;
+}
+
 } // namespace pgbs::http

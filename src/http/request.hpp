@@ -59,4 +59,9 @@ bool bearer_token(std::string_view authorization, std::string *token);
 // list; "*" allows any origin; entries are compared exactly after trimming.
 bool origin_allowed(std::string_view cors_origins, std::string_view origin);
 
+// True when `addr`, a client address as the listener writes it ("a.b.c.d:port"
+// or "[v6]:port"), is on the loopback: 127.0.0.0/8, ::1, or 127.0.0.0/8
+// mapped into IPv6 (admin_loopback_only).
+bool is_loopback(std::string_view addr);
+
 } // namespace pgbs::http

@@ -145,7 +145,9 @@ void Server::Impl::shutdown(int drain_ms) {
       ::close(s);
   }
   std::string frame;
-  sse::append_event(frame, "", "pgbus:shutdown", "{}");
+  // No id: line: the pgbus gem's "id: 0" reset the browser's Last-Event-ID,
+  // and the reconnect replayed everything. The reason is the gem's.
+  sse::append_event(frame, "", "pgbus:shutdown", R"({"reason":"worker_restart"})");
   for (auto &[id, c] : conns) {
     if (c->phase == Phase::Pending) {
       c->phase = Phase::Rejecting;

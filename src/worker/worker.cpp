@@ -248,10 +248,12 @@ metrics::Snapshot snapshot(const Hub &hub) {
 }
 
 // /healthz's answer: can this worker still run a query?
+// The probe reads the catalog the worker serves from, so /healthz also says
+// 503 when the extension's tables cannot be read (e.g. dropped).
 bool probe_database() {
   try {
     pg::SpiTx tx;
-    tx.query("SELECT 1");
+    tx.query("SELECT 1 FROM pgbus_stream.streams LIMIT 1");
     tx.commit();
     return true;
   } catch (const pg::Error &e) {
@@ -326,7 +328,8 @@ int run() {
   size_t last_snapshot_count = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
-  int64 last_probe_ms = 0;
+  // First probe after one interval: at startup the extension may still be on its way.
+  int64 last_probe_ms = (int64)(GetCurrentTimestamp() / 1000);
   int64 next_run_us = 0; // write pacing (see below)
   long defer_ms = -1;
   // Memory given back after connections go: once the number of connections
@@ -429,7 +432,7 @@ int run() {
         hub.flush_history();
         last_flush_ms = now_flush_ms;
       }
-      if (now_flush_ms - last_probe_ms >= 5000) {
+      if (now_flush_ms - last_probe_ms >= (database_ok ? 5000 : 1000)) { // recovers fast
         last_probe_ms = now_flush_ms;
         database_ok = probe_database();
       }

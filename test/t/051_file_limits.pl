@@ -43,6 +43,7 @@ sub limit_workers
 	my ($pm) = slurp_file($pg->data_dir . '/postmaster.pid') =~ /^(\d+)/;
 	is(system("prlimit --pid $pm --nofile=$soft:$hard"), 0, "postmaster limit $soft:$hard");
 	my @old = $pg->worker_pids;
+	$pg->expect_exit($_, 1) for @old;
 	kill 'TERM', @old;
 	my @new = $pg->wait_workers($n, exclude => \@old);
 	is(scalar @new, $n, "$n worker(s) restarted under it");

@@ -68,7 +68,8 @@ $pg->create_stream('broken');
 $pg->broadcast('broken', 'x');
 my ($qs, $qt) = split /\|/,
   $pg->safe_psql('postgres', "SELECT queue_schema, queue_table FROM pgbus_stream.streams WHERE name = 'broken'");
-$pg->safe_psql('postgres', qq{DROP TABLE "$qs"."$qt"});
+# Renamed, not dropped: a dropped queue table makes the stream go (sql_drop).
+$pg->safe_psql('postgres', qq{ALTER TABLE "$qs"."$qt" RENAME TO "${qt}_elsewhere"});
 $log_at = -s $pg->logfile;
 my $c = $pg->sse('/streams/broken?replay=all');
 my $msg;
