@@ -10,13 +10,21 @@
 #   deps      install missing Debian packages (apt; as root, or through sudo -n)
 #   build     make (and make -C test/e2e, the TAP tests' helper programs, if present)
 #   install   make install
-#   regress   make installcheck (pg_regress with a temporary instance)
+#   regress   make installcheck-temp (pg_regress with a temporary instance)
 #   unit      make -C test/unit run             (if test/unit/Makefile exists)
 #   unit-san  make -C test/unit SAN=1 run       (same, clang + ASan/UBSan)
 #   http      make -C test/http run             (if test/http/Makefile exists)
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
 #   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
+#   package   bash test/package/run.sh: dpkg-buildpackage -b, lintian, dpkg -i,
+#             make installcheck against a running server of Debian's PostgreSQL
+#             preloading the installed library, 001_basic and 091_upgrade on
+#             the installed files, dpkg --purge (what it replaced is put back)
+#   cassert   the same build, install, regress, tap and logs stages against
+#             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
+#             built once from Debian's source package, then reused from its
+#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
 #   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
 #             a process killed by a signal, a worker exit while the server was
 #             not stopping, or a FATAL line of the extension fails, except kills
@@ -37,7 +45,8 @@
 #
 # Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
 # PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
-# PG_CONFIG.
+# PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
+# PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,12 +62,14 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser logs mutations)
+ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser package cassert logs mutations)
 
-# Debian packages the stages need (build, server, TAP harness, unit tests, demo).
+# Debian packages the stages need (build, server, TAP harness, unit tests, demo,
+# Debian package).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
 	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux)
+	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux
+	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian)
 
 ONLY=""
 SKIP=""
@@ -214,6 +225,9 @@ prepare_check_dir() {
 	rm -rf "$CHECK_DIR"
 	mkdir -p "$CHECK_DIR/tree/test" "$CHECK_DIR/tap" || return 1
 	(cd "$REPO" && cp -R Makefile ./*.control sql "$CHECK_DIR/tree/") || return 1
+	# release files, read by test/t/090_version.pl
+	mkdir -p "$CHECK_DIR/tree/debian" || return 1
+	(cd "$REPO" && cp META.json LICENSE README.md "$CHECK_DIR/tree/" && cp debian/changelog debian/control debian/control.in "$CHECK_DIR/tree/debian/") || return 1
 	[ -d "$REPO/expected" ] && cp -R "$REPO/expected" "$CHECK_DIR/tree/"
 	cp "$REPO/test/regress.conf" "$CHECK_DIR/tree/test/" 2>/dev/null
 	mkdir -p "$CHECK_DIR/tree/test/t" || return 1
@@ -236,7 +250,7 @@ stage_regress() {
 	prepare_check_dir || return 1
 	local out=$CHECK_DIR/tree
 	as_test_user env PATH="$PGBIN:$PATH" \
-		make -C "$out" installcheck PG_CONFIG="$PG_CONFIG"
+		make -C "$out" installcheck-temp PG_CONFIG="$PG_CONFIG"
 	local rc=$?
 	if [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ]; then
 		echo "---- $out/regression.diffs (first 200 lines)"
@@ -296,6 +310,37 @@ stage_tap() {
 		ls "$CHECK_DIR/tap/tmp_check/log/" 2>/dev/null
 	fi
 	return $rc
+}
+
+# stage_package: test/package/run.sh (the Debian package built, installed,
+# tested against its installed files and removed; the files it replaced are
+# put back), in the check directory.
+stage_package() {
+	prepare_check_dir || return 1
+	PGBUS_TEST_USER=$TEST_USER PGBUS_PACKAGE_DIR=$CHECK_DIR/package bash "$REPO/test/package/run.sh"
+}
+
+# stage_cassert: the server stages again, against an assert-enabled
+# PostgreSQL (built once, then cached), on a copy of the tree so that the
+# objects of the main build are left alone. The nested run checks its own
+# server logs; PROVE_TESTS and PROVE_FLAGS apply to it as well.
+stage_cassert() {
+	local pgc dir=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
+	pgc=$(JOBS=$JOBS "$REPO/test/pg_cassert.sh") || return 1
+	rm -rf "$dir"
+	mkdir -p "$dir/tree" || return 1
+	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+		# tracked and new files as they are in the working tree (deleted ones skipped)
+		(cd "$REPO" && git ls-files -co --exclude-standard -z |
+			while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+			xargs -0 cp --parents -t "$dir/tree") || return 1
+	else
+		cp -R "$REPO"/. "$dir/tree" || return 1
+		make -C "$dir/tree" clean PG_CONFIG="$pgc" >/dev/null 2>&1
+	fi
+	chmod -R a+rX "$dir"
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
+		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
 }
 
 # stage_logs: every server log of this run (regress, tap, and the browser
@@ -364,6 +409,8 @@ if [ $BUILD_OK -eq 1 ]; then
 else
 	RESULTS+=("browser|not run (build/install failed)|0")
 fi
+run_stage package stage_package
+run_stage cassert stage_cassert
 run_stage logs stage_logs
 # Not part of the default run (it rebuilds and reruns tests once per fault).
 if [[ "$ONLY" == *",mutations,"* ]]; then

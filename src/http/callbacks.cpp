@@ -276,9 +276,11 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
   if (stopping)
     return answer(c, mc, 503, "server shutting down\n", kTextPlain,
                   {{"Retry-After", retry_after(cfg)}});
-  if (conns.size() >= static_cast<size_t>(cfg.max_connections > 0 ? cfg.max_connections : 0))
+  // The answer closes the connection: a held keep-alive would keep the socket
+  // that the next client needs.
+  if (conns.size() >= sse_capacity(cfg))
     return answer(c, mc, 503, "too many connections\n", kTextPlain,
-                  {{"Retry-After", retry_after(cfg)}});
+                  {{"Retry-After", retry_after(cfg)}, {"Connection", "close"}});
   c->kind = Kind::Sse;
   return MHD_YES;
 }

@@ -350,7 +350,8 @@ e=$(elapsed "$t0")
 wait $c1; crc=$?
 same_text "driver exits 0 after shutdown" 0 "$rc"
 check "  within drain_ms even with a stuck client (2 s <= $e s < 3 s)" within 1.9 $((3 * SLOW)) "$e"
-check "  the client got event: pgbus:shutdown" grep -Pzq 'event: pgbus:shutdown\ndata: \{\}\n\n' "$T/s"
+check "  the client got event: pgbus:shutdown, without an id: line" \
+  grep -Pzq '\n\nevent: pgbus:shutdown\ndata: \{"reason":"worker_restart"\}\n\n' "$T/s"
 same_text "  and a clean end of stream (curl exit 0)" 0 "$crc"
 check "  closed reported as 'shutdown'" grep -Eq '^closed [0-9]+ shutdown$' "$T/driver.log"
 kill $r1 2>/dev/null; wait $r1 2>/dev/null
