@@ -177,7 +177,12 @@ sse 1 --http1.0 "$URL/streams/chat"
 check "HTTP/1.0 client gets the stream (close-delimited)" grep -q '^data: frame 3$' "$T/b"
 
 echo "# request fields handed to the worker"
-pend() { curl -sS -o /dev/null --max-time 0.5 "$@" 2>/dev/null; tail -n 50 "$T/driver.log" | grep '^pending' | tail -1; }
+# pend CURL_ARGS...: the driver's "pending" line for this request (none: empty).
+pend() {
+  mark_pending
+  curl -sS -o /dev/null --max-time 0.5 "$@" 2>/dev/null
+  grep '^pending' "$T/driver.log" | sed -n "$((PMARK + 1)),\$p" | tail -1
+}
 check "?stream=a&stream=b&stream=a -> a,b" \
   grep -q ' a,b ' <<<"$(pend "$URL/streams?stream=a&stream=b&stream=a")"
 check "blank ?since= is absent, ?last_event_id= used" \
