@@ -11,7 +11,7 @@ CREATE TABLE @extschema@.streams (
   queue_table   text NOT NULL,
   archive_table text,
   kind          text NOT NULL CHECK (kind IN ('pgmq', 'builtin')),
-  public        boolean NOT NULL DEFAULT true,
+  public        boolean NOT NULL DEFAULT false,  -- private streams need a credential
   retention     interval,
   retention_max bigint CHECK (retention_max > 0),
   retention_floor bigint NOT NULL DEFAULT 0,  -- highest msg_id retention removed
@@ -50,8 +50,12 @@ CREATE INDEX ON @extschema@.stream_stats (created_at);
 
 REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
 
+-- The capture trigger function. Not executable by PUBLIC: only who may
+-- hook a queue (create_stream/attach) puts it on a table. It checks that the
+-- stream id it is given is the one the catalog records for its table.
 CREATE FUNCTION @extschema@._capture() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._capture() FROM PUBLIC;
 
 CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint, fresh boolean DEFAULT false) RETURNS void
   AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
@@ -118,7 +122,7 @@ END $$;
 
 -- create_stream makes a queue for a stream (a PGMQ queue when PGMQ is
 -- installed, else a built-in table with PGMQ's layout) and hooks it.
-CREATE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT true,
+CREATE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT false,
                                           retention interval DEFAULT NULL)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
@@ -171,7 +175,7 @@ END $$;
 -- attach hooks an existing PGMQ queue (e.g. pgbus_chat made by the pgbus gem);
 -- the stream is named after the queue without pgbus_stream.queue_prefix.
 CREATE FUNCTION @extschema@.attach(queue_name text, stream_name text DEFAULT NULL,
-                                   public boolean DEFAULT true)
+                                   public boolean DEFAULT false)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
   prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
@@ -238,22 +242,44 @@ BEGIN
   END IF;
 END $$;
 
-CREATE FUNCTION @extschema@._publish_ephemeral(stream_id bigint, seq regclass, data text, event text,
-                                               visible_to text) RETURNS bigint
-  AS 'MODULE_PATHNAME', 'pgbus_stream_publish_ephemeral' LANGUAGE C;
-REVOKE ALL ON FUNCTION @extschema@._publish_ephemeral(bigint, regclass, text, text, text) FROM PUBLIC;
+-- _broadcast_target gives broadcast() what it needs of a stream's catalog row
+-- (the catalog itself is not readable by PUBLIC).
+CREATE FUNCTION @extschema@._broadcast_target(p_stream text, OUT stream_id bigint, OUT queue regclass)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  SELECT s.id, to_regclass(format('%I.%I', s.queue_schema, s.queue_table))
+    INTO stream_id, queue FROM @extschema@.streams s WHERE s.name = p_stream;
+  IF NOT FOUND OR queue IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', p_stream USING ERRCODE = 'undefined_object';
+  END IF;
+END $$;
+
+-- _publish(stream_id, queue, data, event, visible_to, exclude): a broadcast
+-- without a table row. It checks that the caller may INSERT into the queue and
+-- that the queue is the stream's, takes an id from the queue's msg_id
+-- sequence, and sends the payload through the ring at commit.
+CREATE FUNCTION @extschema@._publish(stream_id bigint, queue regclass, data text, event text,
+                                     visible_to text, exclude text) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_publish' LANGUAGE C;
+
+-- _captured_id is the msg_id of the row this backend's last captured INSERT wrote.
+CREATE FUNCTION @extschema@._captured_id() RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_captured_id' LANGUAGE C;
 
 -- broadcast writes the pgbus envelope into the stream's queue inside the
 -- caller's transaction and returns its msg_id; subscribers get it at commit.
--- durable => false writes no row: the event takes an id from the queue's
--- sequence, travels through shared memory at commit, and stays replayable
--- only from the workers' memory (pgbus_stream.memory_retention).
+-- It runs with the caller's rights: publishing needs INSERT on the stream's
+-- queue table (and USAGE on its schema). durable => false writes no row: the
+-- event takes an id from the queue's sequence, travels through shared memory
+-- at commit, and stays replayable only from the workers' memory
+-- (pgbus_stream.memory_retention). exclude names one connection (the
+-- connectionId of its pgbus:connected event) that does not get this message.
 CREATE FUNCTION @extschema@.broadcast(stream text, data text, event text DEFAULT NULL,
-                                      visible_to text DEFAULT NULL, durable boolean DEFAULT true)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+                                      visible_to text DEFAULT NULL, durable boolean DEFAULT true,
+                                      exclude text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  s @extschema@.streams := @extschema@._stream(stream);
-  id bigint;
+  t record := @extschema@._broadcast_target(stream);
 BEGIN
   IF data IS NULL THEN
     RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -263,16 +289,23 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
   END IF;
-  IF durable IS NOT TRUE THEN
-    RETURN @extschema@._publish_ephemeral(s.id,
-             pg_get_serial_sequence(format('%I.%I', s.queue_schema, s.queue_table), 'msg_id')::regclass,
-             data, event, visible_to);
+  IF exclude IS NOT NULL AND exclude !~ '^[0-9a-f]{16}$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid connection id %', quote_literal(exclude)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use the connectionId of a pgbus:connected event (16 hex digits).';
   END IF;
-  EXECUTE format('INSERT INTO %I.%I (vt, message) VALUES (clock_timestamp(), $1) RETURNING msg_id',
-                 s.queue_schema, s.queue_table)
-    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to))
-    INTO id;
-  RETURN id;
+  IF NOT has_table_privilege(t.queue, 'INSERT') THEN
+    RAISE EXCEPTION 'pgbus_stream: permission denied to broadcast to stream "%"', stream
+      USING ERRCODE = 'insufficient_privilege',
+            HINT = format('GRANT INSERT ON %s TO the publishing role.', t.queue);
+  END IF;
+  IF durable IS NOT TRUE THEN
+    RETURN @extschema@._publish(t.stream_id, t.queue, data, event, visible_to, exclude);
+  END IF;
+  EXECUTE format('INSERT INTO %s (vt, message) VALUES (clock_timestamp(), $1)', t.queue)
+    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to,
+                                               'exclude', exclude));
+  RETURN @extschema@._captured_id();
 END $$;
 
 -- _read builds the worker's query for a stream's rows: queue and archive,
@@ -454,3 +487,75 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
     FROM @extschema@.connections() c, t
    WHERE t.pressure > 0 AND greatest(c.queued_events / t.max_events, c.queued_bytes / t.max_bytes) >= t.pressure
 $$;
+
+-- ---- Access control -------------------------------------------------------
+
+-- set_public makes a stream readable without a credential (true) or private.
+CREATE FUNCTION @extschema@.set_public(name text, public boolean) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+BEGIN
+  IF public IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: public must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  UPDATE @extschema@.streams SET public = set_public.public WHERE id = s.id;
+  PERFORM @extschema@._catalog_changed(s.id);
+END $$;
+
+-- sign_token mints an HS256 JWT with pgbus_stream.jwt_secret: streams
+-- (names or patterns such as 'chat:*'), valid for ttl, with an optional
+-- subscriber identity (sub) and audience context (ctx, a JSON object).
+CREATE FUNCTION @extschema@.sign_token(streams text[], ttl interval, sub text DEFAULT NULL,
+                                       ctx jsonb DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_sign_token' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.sign_token(text[], interval, text, jsonb) FROM PUBLIC;
+
+-- Audiences: a message broadcast with visible_to => label reaches a
+-- connection only if the label's rule (a jsonpath) matches the connection's
+-- context (the ctx claim of its JWT). The workers reload rules within a second.
+CREATE TABLE @extschema@.audiences (
+  label      text PRIMARY KEY CHECK (label ~ '^[!-~]{1,64}$'),
+  rule       jsonpath NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.audiences', '');
+REVOKE ALL ON @extschema@.audiences FROM PUBLIC;
+
+-- define_audience creates or replaces the rule of an audience label.
+CREATE FUNCTION @extschema@.define_audience(label text, rule jsonpath) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF label IS NULL OR label !~ '^[!-~]{1,64}$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid audience label %', quote_nullable(label)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Labels are 1 to 64 printable ASCII characters without spaces.';
+  END IF;
+  IF rule IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: audience rule must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  INSERT INTO @extschema@.audiences (label, rule) VALUES (define_audience.label, define_audience.rule)
+  ON CONFLICT ON CONSTRAINT audiences_pkey DO UPDATE SET rule = EXCLUDED.rule, updated_at = now();
+END $$;
+
+-- drop_audience removes an audience: its messages then reach no one.
+CREATE FUNCTION @extschema@.drop_audience(label text) RETURNS void LANGUAGE sql AS $$
+  DELETE FROM @extschema@.audiences a WHERE a.label = drop_audience.label
+$$;
+
+-- Live figures show subscriber ids, client addresses and private stream
+-- names: superusers and members of pgbus_stream_monitor (which pg_monitor
+-- members are) only.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgbus_stream_monitor') THEN
+    CREATE ROLE pgbus_stream_monitor NOLOGIN;
+  END IF;
+END $$;
+GRANT pgbus_stream_monitor TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.connections(), @extschema@.diagnostics(), @extschema@.stats(),
+  @extschema@.alerts(), @extschema@.workers(), @extschema@._stream_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.connections(), @extschema@.diagnostics(), @extschema@.stats(),
+  @extschema@.alerts(), @extschema@.workers(), @extschema@._stream_stats(),
+  @extschema@._oldest_id(@extschema@.streams) TO pgbus_stream_monitor;
+GRANT USAGE ON SCHEMA @extschema@ TO pgbus_stream_monitor;
+GRANT SELECT ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats,
+  @extschema@.audiences TO pgbus_stream_monitor;

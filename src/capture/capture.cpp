@@ -28,10 +28,22 @@ extern "C" {
 #include "access/detoast.h"
 #include "utils/jsonb.h"
 #include "executor/tuptable.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture);
 PG_FUNCTION_INFO_V1(pgbus_stream_catalog_changed);
 PG_FUNCTION_INFO_V1(pgbus_stream_publish_ephemeral);
+PG_FUNCTION_INFO_V1(pgbus_stream_publish);
+PG_FUNCTION_INFO_V1(pgbus_stream_captured_id);
 }
 
 namespace pgbs::capture {
@@ -57,6 +69,7 @@ struct PendingRow {
   char *payload;  // data, event, visible_to back to back (TopTransactionContext), or NULL
   bool ephemeral; // no table row: never dropped from local memory
   uint32 data_len, event_len, visible_len;
+  uint64 exclude; // broadcast's exclude: a connection id (0: none)
 };
 
 Size record_size(const PendingRow *r) {
@@ -78,6 +91,10 @@ struct TxState {
 };
 
 TxState tx;
+// Highest msg_id the last AFTER trigger call collected in this backend (0:
+// none): broadcast() returns it, so publishing needs INSERT only, not the
+// SELECT that INSERT ... RETURNING would.
+int64 last_captured_id = 0;
 
 shmem::BackendSlot *my_slot() { return &shmem::shared()->slots[MyProc->pgprocno]; }
 
@@ -151,7 +168,8 @@ TxStream *register_stream(int64 stream_id) {
 // ones (payload != NULL) have no row, so they are always kept and bounded by
 // bytes in publish_ephemeral().
 void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0,
-             uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false) {
+             uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false,
+             uint64 exclude = 0) {
   if (msg_id > ts->max_id)
     ts->max_id = msg_id;
   ts->count++;
@@ -186,6 +204,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   r->data_len = data_len;
   r->event_len = event_len;
   r->visible_len = visible_len;
+  r->exclude = exclude;
 }
 
 void clear_slot() {
@@ -276,6 +295,7 @@ void publish_commit() {
       h.data_len = r->data_len;
       h.event_len = r->event_len;
       h.visible_len = r->visible_len;
+      h.exclude = r->exclude;
       ring_copy(s, head, &h, sizeof(h));
       Size plen = r->data_len + r->event_len + r->visible_len;
       if (plen > 0)
@@ -361,11 +381,30 @@ bool envelope_member(JsonbContainer *root, const char *key, const char **val, in
   return true;
 }
 
+// A connection id as broadcast(exclude => ...) writes it: 16 lowercase hex digits.
+bool parse_conn_id(const char *s, int len, uint64 *out) {
+  if (len != 16)
+    return false;
+  uint64 v = 0;
+  for (int i = 0; i < len; i++) {
+    const char c = s[i];
+    if (c >= '0' && c <= '9')
+      v = v << 4 | (uint64)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v = v << 4 | (uint64)(c - 'a' + 10);
+    else
+      return false;
+  }
+  *out = v;
+  return true;
+}
+
 // Copies the message's data/event/visible_to into transaction memory so the
 // workers need not read the row back: the pgbus envelope's fields, or the
 // JSON text of any other message. Returns NULL when the row is to be read by
 // the worker (too large, or an envelope with non-string members).
-char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len) {
+char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len,
+                     uint64 *exclude) {
   if (toast_raw_datum_size(message) > (Size)guc::inline_payload_max)
     return nullptr;
   Jsonb *jb = DatumGetJsonbP(message);
@@ -387,8 +426,12 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
         return nullptr;
       }
     }
+    const char *ex = nullptr;
+    int exlen = 0;
     if (!envelope_member(&jb->root, "event", &parts[1], &lens[1]) ||
-        !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]))
+        !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]) ||
+        !envelope_member(&jb->root, "exclude", &ex, &exlen) ||
+        (ex != nullptr && !parse_conn_id(ex, exlen, exclude)))
       return nullptr;
   }
   if (!has_html) {
@@ -411,6 +454,62 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
   *event_len = (uint32)lens[1];
   *visible_len = (uint32)lens[2];
   return payload;
+}
+
+// True when the catalog (schema nsp's streams table) records stream_id as
+// the stream of table relid. Read with a plain index scan under the active
+// snapshot: the caller may have no right to read the catalog, and a stream
+// created earlier in the same transaction must be seen.
+bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
+  Oid catalog = get_relname_relid("streams", nsp);
+  if (!OidIsValid(catalog))
+    return false;
+  Relation rel = table_open(catalog, AccessShareLock);
+  TupleDesc desc = RelationGetDescr(rel);
+  const int id_att = attnum_of(desc, "id"), schema_att = attnum_of(desc, "queue_schema"),
+            table_att = attnum_of(desc, "queue_table");
+  Oid pk = RelationGetPrimaryKeyIndex(rel);
+  bool ok = false;
+  if (id_att > 0 && schema_att > 0 && table_att > 0 && OidIsValid(pk)) {
+    ScanKeyData key;
+    ScanKeyInit(&key, id_att, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(stream_id));
+    Snapshot snap = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+    SysScanDesc scan = systable_beginscan(rel, pk, true, snap, 1, &key);
+    HeapTuple tup = systable_getnext(scan);
+    if (HeapTupleIsValid(tup)) {
+      bool n1, n2;
+      Datum qs = heap_getattr(tup, schema_att, desc, &n1);
+      Datum qt = heap_getattr(tup, table_att, desc, &n2);
+      char *relname = get_rel_name(relid);
+      char *relnsp = get_namespace_name(get_rel_namespace(relid));
+      ok = !n1 && !n2 && relname && relnsp && strcmp(TextDatumGetCString(qs), relnsp) == 0 &&
+           strcmp(TextDatumGetCString(qt), relname) == 0;
+    }
+    systable_endscan(scan);
+  }
+  table_close(rel, AccessShareLock);
+  return ok;
+}
+
+// Refuses a capture trigger (or an ephemeral publish) whose stream id is not
+// the one the catalog records for its table: nobody can feed another stream
+// from a table of their own. Pairs once confirmed are remembered (stream ids
+// never repeat, and only who may create such triggers could move one).
+void check_stream_table(int64 stream_id, Oid relid, Oid nsp) {
+  static struct {
+    int64 stream_id;
+    Oid relid;
+  } confirmed[64];
+  static int next = 0;
+  for (const auto &c : confirmed)
+    if (c.stream_id == stream_id && c.relid == relid)
+      return;
+  if (!catalog_says(stream_id, relid, nsp))
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("pgbus_stream: stream %lld is not the stream of table %s",
+                           (long long)stream_id, get_rel_name(relid) ? get_rel_name(relid) : "?"),
+                    errhint("Capture triggers are installed by create_stream() and attach().")));
+  confirmed[next++ % 64] = {stream_id, relid};
 }
 
 } // namespace
@@ -442,7 +541,10 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
              errmsg("pgbus_stream._capture() must be a statement-level INSERT trigger with the "
                     "stream id as its argument")));
   int64 stream_id = pg_strtoint64(td->tg_trigger->tgargs[0]);
+  check_stream_table(stream_id, RelationGetRelid(td->tg_relation),
+                     get_func_namespace(fcinfo->flinfo->fn_oid));
   TxStream *ts = register_stream(stream_id);
+  last_captured_id = 0;
   if (TRIGGER_FIRED_BEFORE(td->tg_event))
     return PointerGetDatum(NULL);
 
@@ -466,15 +568,17 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
     Datum d = slot_getattr(slot, attnum, &isnull);
     if (isnull)
       continue;
+    last_captured_id = Max(last_captured_id, DatumGetInt64(d));
     char *payload = nullptr;
     uint32 lens[3] = {0, 0, 0};
+    uint64 exclude = 0;
     if (message_attnum > 0 && !tx.overflowed) {
       bool mnull;
       Datum m = slot_getattr(slot, message_attnum, &mnull);
       if (!mnull)
-        payload = inline_payload(m, &lens[0], &lens[1], &lens[2]);
+        payload = inline_payload(m, &lens[0], &lens[1], &lens[2], &exclude);
     }
-    collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2]);
+    collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
   }
   tuplestore_select_read_pointer(rows, 0);
   ExecDropSingleTupleTableSlot(slot);
@@ -501,18 +605,14 @@ extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
   PG_RETURN_VOID();
 }
 
-// pgbus_stream._publish_ephemeral(stream_id, seq, data, event, visible_to):
-// an event without a table row. Its id comes from the queue's own sequence
-// (after the floor is published, like any insert), and its payload travels in
-// the ring at commit.
-extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
-  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                    errmsg("pgbus_stream: stream, sequence and data must not be NULL")));
-  int64 stream_id = PG_GETARG_INT64(0);
-  Oid seq = PG_GETARG_OID(1);
-  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
-                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+namespace {
+
+// An event without a table row: its id comes from the queue's sequence
+// (after the floor is published, like any insert; check_permissions as
+// nextval() would), its payload (data, event, visible_to, any NULL but data)
+// travels in the ring at commit.
+int64 publish_inline(int64 stream_id, Oid seq, bool check_permissions, text *const parts[3],
+                     uint64 exclude) {
   uint32 lens[3];
   Size total = 0;
   for (int i = 0; i < 3; i++) {
@@ -527,7 +627,7 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
          errmsg("pgbus_stream: ephemeral broadcasts of one transaction exceed %zu bytes", limit),
          errhint("Use durable broadcasts for large payloads, or raise pgbus_stream.ring_size.")));
   TxStream *ts = register_stream(stream_id);
-  int64 id = nextval_internal(seq, true);
+  int64 id = nextval_internal(seq, check_permissions);
   char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);
   Size off = 0;
   for (int i = 0; i < 3; i++)
@@ -536,6 +636,54 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
       off += lens[i];
     }
   tx.inline_bytes += total + sizeof(RecordHeader);
-  collect(ts, id, payload, lens[0], lens[1], lens[2], true);
-  PG_RETURN_INT64(id);
+  collect(ts, id, payload, lens[0], lens[1], lens[2], true, exclude);
+  return id;
 }
+
+} // namespace
+
+// pgbus_stream._publish_ephemeral(stream_id, seq, data, event, visible_to):
+// the 0.1.0 interface (called by 0.1.0's SECURITY DEFINER broadcast only).
+extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream, sequence and data must not be NULL")));
+  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
+                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+  PG_RETURN_INT64(publish_inline(PG_GETARG_INT64(0), PG_GETARG_OID(1), true, parts, 0));
+}
+
+// pgbus_stream._publish(stream_id, queue, data, event, visible_to, exclude):
+// an ephemeral broadcast, for a caller allowed to INSERT into the stream's
+// queue, into that very stream.
+extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream, queue and data must not be NULL")));
+  int64 stream_id = PG_GETARG_INT64(0);
+  Oid queue = PG_GETARG_OID(1);
+  if (pg_class_aclcheck(queue, GetUserId(), ACL_INSERT) != ACLCHECK_OK)
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("pgbus_stream: permission denied to broadcast to this stream"),
+                    errhint("GRANT INSERT ON the stream's queue table to the publishing role.")));
+  check_stream_table(stream_id, queue, get_func_namespace(fcinfo->flinfo->fn_oid));
+  uint64 exclude = 0;
+  if (!PG_ARGISNULL(5)) {
+    text *ex = PG_GETARG_TEXT_PP(5);
+    if (!parse_conn_id(VARDATA_ANY(ex), (int)VARSIZE_ANY_EXHDR(ex), &exclude))
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("pgbus_stream: invalid connection id to exclude")));
+  }
+  List *owned = getOwnedSequences(queue);
+  if (list_length(owned) != 1)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("pgbus_stream: queue %s has no msg_id sequence", get_rel_name(queue))));
+  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
+                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+  // INSERT on the queue is what it takes, as for an identity column.
+  PG_RETURN_INT64(publish_inline(stream_id, linitial_oid(owned), false, parts, exclude));
+}
+
+// pgbus_stream._captured_id(): the msg_id of the row the last captured INSERT
+// of this backend wrote (its highest, for several rows; 0 if none).
+extern "C" Datum pgbus_stream_captured_id(PG_FUNCTION_ARGS) { PG_RETURN_INT64(last_captured_id); }

@@ -14,6 +14,7 @@
 // and the SSE headers are exactly the ones set below.
 #include "server_impl.hpp"
 
+#include "core/auth.hpp"
 #include "core/sse.hpp"
 
 #include <algorithm>
@@ -56,14 +57,6 @@ std::string format_addr(const sockaddr *sa) {
 bool is_loopback(const std::string &addr) {
   return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 6, "[::1]") == 0 ||
          addr.compare(0, 12, "[::ffff:127.") == 0;
-}
-
-// Compares without an early exit, so the time taken says nothing of the secret.
-bool constant_time_equal(const std::string &a, const std::string &b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); i++)
-    diff |= (unsigned char)(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
 }
 
 std::string header(MHD_Connection *mc, const char *name) {
@@ -252,7 +245,7 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
         for (const auto &[k, v] : t.query)
           if (k == "token" && token.empty())
             token = v;
-        if (!constant_time_equal(token, cfg.admin_token))
+        if (!auth::constant_time_equal(token, cfg.admin_token))
           return answer(c, mc, 401, "token required\n", kTextPlain,
                         {{"WWW-Authenticate", "Bearer"}});
       }
@@ -274,6 +267,8 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
   r.last_event_id = header(mc, "Last-Event-ID");
   r.has_last_event_id = !r.last_event_id.empty();
   bearer_token(header(mc, "Authorization"), &r.token);
+  if (!cfg.token_cookie.empty())
+    cookie_value(header(mc, "Cookie"), cfg.token_cookie, &r.cookie_token);
   if (int status = fill_sse_request(route, t, cfg.max_streams_per_request, &r, &reason))
     return answer(c, mc, static_cast<unsigned>(status), reason + "\n", kTextPlain, {});
   if (stopping)

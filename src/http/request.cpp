@@ -5,6 +5,7 @@
 // distinct from "/" and lets '+' mean a space only in the query string.
 #include "http/request.hpp"
 
+#include "core/auth.hpp"
 #include "core/cursor.hpp"
 
 #include <algorithm>
@@ -150,6 +151,10 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   case Route::Stream: {
     const std::string_view raw = t.path.substr(kStreamPrefix.size());
     std::string name;
+    if (percent_decode(raw, false, &name) && auth::looks_signed(name)) {
+      req->signed_name = std::move(name);
+      break;
+    }
     if (raw.find('/') != std::string_view::npos || !percent_decode(raw, false, &name)) {
       *reason = "unknown stream";
       return 404;
@@ -196,6 +201,27 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   if (req->token.empty())
     req->token = first_value_or_empty(t, "token");
   return 0;
+}
+
+bool cookie_value(std::string_view header, std::string_view name, std::string *value) {
+  if (name.empty())
+    return false;
+  while (!header.empty()) {
+    const size_t semi = header.find(';');
+    const std::string_view item = trim(header.substr(0, semi));
+    header = semi == std::string_view::npos ? std::string_view() : header.substr(semi + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || trim(item.substr(0, eq)) != name)
+      continue;
+    std::string_view v = trim(item.substr(eq + 1));
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"')
+      v = v.substr(1, v.size() - 2);
+    if (v.empty())
+      return false;
+    *value = std::string(v);
+    return true;
+  }
+  return false;
 }
 
 bool bearer_token(std::string_view authorization, std::string *token) {

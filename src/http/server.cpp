@@ -586,7 +586,10 @@ void Server::Impl::add_log(std::string line) {
 Server::Server() : impl_(std::make_unique<Impl>()) {}
 Server::~Server() = default;
 
-bool Server::start(const Config &cfg, std::string *err) { return impl_->start(cfg, err); }
+bool Server::start(const Config &cfg, std::string *err) {
+  impl_->next_id = cfg.conn_id_base;
+  return impl_->start(cfg, err);
+}
 
 void Server::reconfigure(const Config &c) {
   Impl &m = *impl_;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 #include <unordered_set>
 
 extern "C" {
@@ -700,28 +701,44 @@ void Hub::reject(const http::Request &req, int status, const std::string &reason
 }
 
 void Hub::subscribe(const http::Request &req) {
-  if (!req.signed_name.empty()) {
-    reject(req, 404, "signed stream names are not enabled on this server\n");
+  // Credentials first (auth::Gate): a refusal says nothing of whether a
+  // private stream exists.
+  auth::Identity who;
+  std::string why;
+  const int64_t now_s = (int64_t)time(nullptr);
+  if (int status =
+          gate_.authenticate(req.signed_name, req.token, req.cookie_token, now_s, &who, &why)) {
+    reject(req, status, why + "\n");
     return;
   }
-  if (req.streams.empty()) {
+  std::vector<std::string> wanted = req.streams;
+  if (!req.signed_name.empty()) {
+    if (by_name_.count(who.signed_name) == 0)
+      reload_catalog();
+    wanted = {auth::Gate::signed_target(
+        who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
+  }
+  if (wanted.empty()) {
     reject(req, 400, "no stream named\n");
     return;
   }
   Conn c;
   c.id = req.conn_id;
-  c.multi = req.streams.size() > 1;
+  c.multi = wanted.size() > 1;
   c.subscriber = req.subscriber;
-  for (const std::string &name : req.streams) {
+  bool any_private = false;
+  for (const std::string &name : wanted) {
     StreamState *st = find_by_name(name);
     if (st == nullptr) {
       reload_catalog();
       st = find_by_name(name);
     }
-    if (st == nullptr) {
-      reject(req, 404, "unknown stream: " + name + "\n");
+    if (int status =
+            auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why)) {
+      reject(req, status, (status == 404 ? "unknown stream: " + name : why) + "\n");
       return;
     }
+    any_private |= !st->info.is_public;
     for (const Sub &s : c.subs)
       if (s.st == st) {
         reject(req, 400, "stream named twice: " + name + "\n");
@@ -730,6 +747,12 @@ void Hub::subscribe(const http::Request &req) {
     Sub sub;
     sub.st = st;
     c.subs.push_back(sub);
+  }
+  if (!req.subscriber.empty()) {
+    if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why)) {
+      reject(req, status, why + "\n");
+      return;
+    }
   }
   // The cursor: Last-Event-ID wins over ?since / ?last_event_id.
   const std::string *text = req.has_last_event_id ? &req.last_event_id
@@ -1002,11 +1025,13 @@ void Hub::apply_retention() {
   }
 }
 
-void Hub::fill_snapshot(metrics::Snapshot *out) const {
+void Hub::fill_snapshot(metrics::Snapshot *out, bool include_private) const {
   const int64_t now_pg = (int64_t)GetCurrentTimestamp();
   static_assert(metrics::kLatencyBuckets == shmem::kLatencyBuckets, "same latency buckets");
   out->streams.clear();
   for (const auto &[id, st] : streams_) {
+    if (!include_private && !st->info.is_public)
+      continue;
     metrics::StreamFigures f;
     f.name = st->info.name;
     f.horizon = st->pos.horizon;

@@ -2,6 +2,7 @@
 // keeps each stream's horizon, replays backlogs and catches up after ring
 // overruns (DESIGN §3.1, §4). Runs on the worker's main thread only.
 #pragma once
+#include "core/auth_gate.hpp"
 #include "core/cursor.hpp"
 #include "core/metrics.hpp"
 #include "core/outqueue.hpp"
@@ -71,8 +72,11 @@ public:
   // stream_stats history (stats_enabled): rows buffered, written with the cursor flush.
   void flush_history();
   void prune_history();
-  // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls).
-  void fill_snapshot(metrics::Snapshot *out) const;
+  // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls);
+  // private streams only with include_private.
+  void fill_snapshot(metrics::Snapshot *out, bool include_private) const;
+  // Keys subscribe() verifies credentials with (start, SIGHUP).
+  void configure_auth(const auth::Secrets &s) { gate_.configure(s); }
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
@@ -158,7 +162,7 @@ private:
   std::vector<int64_t> cycle_ids_;
   std::vector<StreamState *> cycle_states_; // same order as cycle_ids_
   std::vector<shmem::StreamEntry *> cycle_entries_;
-  bool catalog_reloaded_ = false; // since cycle_states_ was built
+  bool catalog_reloaded_ = false;      // since cycle_states_ was built
   std::vector<StreamState *> watched_; // streams with a connection on this worker
   int64_t last_full_us_ = 0;           // last cycle over every stream
   HorizonBounds cycle_bounds_;
@@ -183,6 +187,7 @@ private:
   static std::shared_ptr<const std::string> encode_body(const Row &row);
 
   http::Server &server_;
+  auth::Gate gate_;
   uint32_t dboid_;
   int worker_index_;
   RingReader reader_;

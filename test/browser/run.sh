@@ -97,9 +97,9 @@ CONF
   { tail -20 "$WORK/postgres.log" >&2; die "the cluster did not start"; }
 psql -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PGPORT" -U pgbus -d postgres >/dev/null <<'SQL' || die "setup SQL failed"
 CREATE EXTENSION pgbus_stream;
-SELECT pgbus_stream.create_stream('chat');
-SELECT pgbus_stream.create_stream('contract');
-SELECT pgbus_stream.create_stream('reconnect');
+SELECT pgbus_stream.create_stream('chat', public => true);
+SELECT pgbus_stream.create_stream('contract', public => true);
+SELECT pgbus_stream.create_stream('reconnect', public => true);
 SQL
 say "cluster $DATA (socket $WORK:$PGPORT), worker http://127.0.0.1:$SSE_PORT, pages http://127.0.0.1:$PAGE_PORT and http://localhost:$OTHER_PORT"
 

@@ -162,12 +162,14 @@ sub wait_stream_served
 }
 
 # create_stream runs pgbus_stream.create_stream and returns the stream's id
-# (its cursor epoch) once the listener serves it.
+# (its cursor epoch) once the listener serves it. The stream is public unless
+# public => 0 is passed.
 sub create_stream
 {
-	my ($self, $name) = @_;
+	my ($self, $name, %opt) = @_;
+	my $public = ($opt{public} // 1) ? 'true' : 'false';
 	my $id = $self->{node}->safe_psql('postgres',
-		'SELECT id FROM pgbus_stream.create_stream(' . sql_literal($name) . ')');
+		'SELECT id FROM pgbus_stream.create_stream(' . sql_literal($name) . ", public => $public)");
 	my $misses = $self->wait_stream_served($name);
 	croak "stream $name is not served after create_stream (last answer: "
 	  . ($self->{last_serve_error} // 'none') . ')'
