@@ -308,7 +308,7 @@ BEGIN
   RETURN @extschema@._captured_id();
 END $$;
 
--- _read builds the worker's query for a stream's rows: queue and archive,
+-- _rows_sql builds the worker's query for a stream's rows: queue and archive,
 -- envelope fields extracted (any other JSON is sent as its text).
 CREATE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
 LANGUAGE sql STABLE AS $$
@@ -317,7 +317,8 @@ LANGUAGE sql STABLE AS $$
            ELSE message::text END,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
-      (extract(epoch FROM enqueued_at) * 1000000)::bigint
+      (extract(epoch FROM enqueued_at) * 1000000)::bigint,
+      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'exclude' END
     FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
     s.queue_schema, s.queue_table,
     CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL
@@ -511,7 +512,8 @@ REVOKE ALL ON FUNCTION @extschema@.sign_token(text[], interval, text, jsonb) FRO
 
 -- Audiences: a message broadcast with visible_to => label reaches a
 -- connection only if the label's rule (a jsonpath) matches the connection's
--- context (the ctx claim of its JWT). The workers reload rules within a second.
+-- context (the ctx claim of its JWT). The workers read the rules again when
+-- a definition commits.
 CREATE TABLE @extschema@.audiences (
   label      text PRIMARY KEY CHECK (label ~ '^[!-~]{1,64}$'),
   rule       jsonpath NOT NULL,
@@ -534,11 +536,13 @@ BEGIN
   END IF;
   INSERT INTO @extschema@.audiences (label, rule) VALUES (define_audience.label, define_audience.rule)
   ON CONFLICT ON CONSTRAINT audiences_pkey DO UPDATE SET rule = EXCLUDED.rule, updated_at = now();
+  PERFORM @extschema@._catalog_changed(NULL); -- the workers read the rules again at commit
 END $$;
 
 -- drop_audience removes an audience: its messages then reach no one.
 CREATE FUNCTION @extschema@.drop_audience(label text) RETURNS void LANGUAGE sql AS $$
-  DELETE FROM @extschema@.audiences a WHERE a.label = drop_audience.label
+  DELETE FROM @extschema@.audiences a WHERE a.label = drop_audience.label;
+  SELECT @extschema@._catalog_changed(NULL);
 $$;
 
 -- Live figures show subscriber ids, client addresses and private stream

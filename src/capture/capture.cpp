@@ -8,6 +8,7 @@
 // objects, nothing that throws), so a PostgreSQL error here never skips a C++
 // destructor. Everything that can fail happens in the triggers; the commit
 // callback only copies into the ring, bumps atomics and sets latches.
+#include "core/auth.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
@@ -381,24 +382,6 @@ bool envelope_member(JsonbContainer *root, const char *key, const char **val, in
   return true;
 }
 
-// A connection id as broadcast(exclude => ...) writes it: 16 lowercase hex digits.
-bool parse_conn_id(const char *s, int len, uint64 *out) {
-  if (len != 16)
-    return false;
-  uint64 v = 0;
-  for (int i = 0; i < len; i++) {
-    const char c = s[i];
-    if (c >= '0' && c <= '9')
-      v = v << 4 | (uint64)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      v = v << 4 | (uint64)(c - 'a' + 10);
-    else
-      return false;
-  }
-  *out = v;
-  return true;
-}
-
 // Copies the message's data/event/visible_to into transaction memory so the
 // workers need not read the row back: the pgbus envelope's fields, or the
 // JSON text of any other message. Returns NULL when the row is to be read by
@@ -431,7 +414,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
     if (!envelope_member(&jb->root, "event", &parts[1], &lens[1]) ||
         !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]) ||
         !envelope_member(&jb->root, "exclude", &ex, &exlen) ||
-        (ex != nullptr && !parse_conn_id(ex, exlen, exclude)))
+        (ex != nullptr && !pgbs::auth::parse_connection_id(std::string_view(ex, exlen), exclude)))
       return nullptr;
   }
   if (!has_html) {
@@ -670,7 +653,8 @@ extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
   uint64 exclude = 0;
   if (!PG_ARGISNULL(5)) {
     text *ex = PG_GETARG_TEXT_PP(5);
-    if (!parse_conn_id(VARDATA_ANY(ex), (int)VARSIZE_ANY_EXHDR(ex), &exclude))
+    if (!pgbs::auth::parse_connection_id(std::string_view(VARDATA_ANY(ex), VARSIZE_ANY_EXHDR(ex)),
+                                         &exclude))
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                       errmsg("pgbus_stream: invalid connection id to exclude")));
   }

@@ -386,6 +386,21 @@ std::string sign_jwt(const std::vector<std::string> &streams, int64_t iat, int64
   return signing_input + "." + base64_encode(hmac_sha256(secret, signing_input), true);
 }
 
+bool parse_connection_id(std::string_view text, uint64_t *id) noexcept {
+  if (text.size() != 16)
+    return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (!is_lower_hex(c))
+      return false;
+    v = v << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  if (v == 0)
+    return false;
+  *id = v;
+  return true;
+}
+
 bool resolve_secret(std::string_view setting, std::string *secret, std::string *err) {
   secret->clear();
   constexpr std::string_view kFile = "file:";

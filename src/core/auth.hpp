@@ -85,6 +85,10 @@ std::string sign_jwt(const std::vector<std::string> &streams, int64_t iat, int64
                      const std::optional<std::string> &sub, std::string_view ctx_json,
                      std::string_view secret);
 
+// A connection id as pgbus:connected shows it and broadcast(exclude => ...)
+// takes it: 16 lowercase hex digits, not all zero.
+bool parse_connection_id(std::string_view text, uint64_t *id) noexcept;
+
 // ---- secrets -----------------------------------------------------------------
 
 // The secret a setting names: its value, or with "file:<path>" the contents

@@ -345,6 +345,8 @@ MHD_Result Server::Impl::answer(Conn *c, MHD_Connection *mc, unsigned status,
   if (origin_allowed(cfg.cors_origins, c->origin)) {
     ok &= MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin.c_str()) == MHD_YES;
     ok &= MHD_add_response_header(r, "Vary", "Origin") == MHD_YES;
+    if (origin_listed(cfg.cors_origins, c->origin))
+      ok &= MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true") == MHD_YES;
   }
   const MHD_Result ret = ok ? MHD_queue_response(mc, status, r) : MHD_NO;
   MHD_destroy_response(r);
@@ -361,7 +363,9 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
             MHD_add_response_header(r, "x-accel-buffering", "no") == MHD_YES;
   if (ok && origin_allowed(cfg.cors_origins, c->origin))
     ok = MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin.c_str()) == MHD_YES &&
-         MHD_add_response_header(r, "Vary", "Origin") == MHD_YES;
+         MHD_add_response_header(r, "Vary", "Origin") == MHD_YES &&
+         (!origin_listed(cfg.cors_origins, c->origin) ||
+          MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true") == MHD_YES);
   const MHD_Result ret = ok ? MHD_queue_response(mc, 200, r) : MHD_NO;
   MHD_destroy_response(r);
   if (ret != MHD_YES)

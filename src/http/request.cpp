@@ -237,7 +237,9 @@ bool bearer_token(std::string_view authorization, std::string *token) {
   return true;
 }
 
-bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
+namespace {
+
+bool origin_in(std::string_view cors_origins, std::string_view origin, bool star) {
   if (origin.empty())
     return false;
   std::string_view rest = cors_origins;
@@ -245,10 +247,20 @@ bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
     const size_t comma = rest.find(',');
     const std::string_view item = trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item == "*" || item == origin)
+    if ((star && item == "*") || item == origin)
       return true;
   }
   return false;
+}
+
+} // namespace
+
+bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
+  return origin_in(cors_origins, origin, true);
+}
+
+bool origin_listed(std::string_view cors_origins, std::string_view origin) {
+  return origin_in(cors_origins, origin, false);
 }
 
 } // namespace pgbs::http

@@ -65,5 +65,8 @@ bool bearer_token(std::string_view authorization, std::string *token);
 // True when `origin` (non-empty) is allowed by a comma-separated `cors_origins`
 // list; "*" allows any origin; entries are compared exactly after trimming.
 bool origin_allowed(std::string_view cors_origins, std::string_view origin);
+// True when `origin` is named in the list itself ("*" does not count): only
+// such origins may send credentials (cookies) along (Access-Control-Allow-Credentials).
+bool origin_listed(std::string_view cors_origins, std::string_view origin);
 
 } // namespace pgbs::http

@@ -185,6 +185,8 @@ std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where,
     row.event = t.at(r, 2);
     row.visible_to = t.at(r, 3);
     row.enqueued_us = to_i64(t.at(r, 4));
+    if (t.ncols > 5 && t.at(r, 5))
+      auth::parse_connection_id(*t.at(r, 5), &row.exclude);
     rows.push_back(std::move(row));
   }
   return rows;
@@ -260,10 +262,13 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
     defer(c, sub, row.msg_id);
     return false;
   }
+  // The one place every path (live, replay, tail) decides who gets a row.
+  // A hidden row stays in the position, so later ones are not held up.
+  if (!may_see(c, row))
+    return true;
   // Fast path: a single-stream subscription in step with its stream shares
   // one encoded frame (id line included) with every such connection.
-  if (sub.synced && !c.multi && shared_frame && c.subscriber.empty() &&
-      !(row.visible_to && !row.visible_to->empty())) {
+  if (sub.synced && !c.multi && shared_frame && c.subscriber.empty()) {
     OutFrame f;
     f.body = *shared_frame;
     push(c, std::move(f));
@@ -278,9 +283,6 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
     hold(c, sub, row.msg_id);
     return false;
   }
-  // Messages for an audience reach nobody until audiences exist (fail closed).
-  if (row.visible_to && !row.visible_to->empty())
-    return true;
   OutFrame f;
   f.head.reserve(token.size() + 5);
   f.head.append("id: ").append(token).append("\n");
@@ -301,6 +303,14 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
 }
 
 // Queues one frame and counts the outcome; true when it was queued.
+bool Hub::may_see(const Conn &c, const Row &row) const {
+  if (row.exclude != 0 && row.exclude == c.id)
+    return false;
+  if (!row.visible_to || row.visible_to->empty())
+    return true;
+  return audiences_ && audiences_->visible(c.ctx, *row.visible_to);
+}
+
 bool Hub::push(Conn &c, OutFrame f) {
   const size_t bytes = f.size();
   if (server_.push(c.id, std::move(f)) == OutQueue::PushResult::Queued) {
@@ -468,6 +478,7 @@ void Hub::tail_add(StreamState &st, const Row &row,
   t.row.msg_id = row.msg_id;
   t.row.event = row.event;
   t.row.visible_to = row.visible_to;
+  t.row.exclude = row.exclude;
   t.row.enqueued_us = row.enqueued_us;
   t.body = body;
   st.tail_bytes += body->size();
@@ -665,6 +676,7 @@ void Hub::cycle(bool full) {
           row.event = std::move(e.event);
         if (!e.visible_to.empty())
           row.visible_to = std::move(e.visible_to);
+        row.exclude = e.exclude;
         if (e.ephemeral && !st->second->pos.covers(row.msg_id))
           retain_ephemeral(*st->second, row);
         dispatch(*st->second, row);
@@ -726,6 +738,7 @@ void Hub::subscribe(const http::Request &req) {
   c.id = req.conn_id;
   c.multi = wanted.size() > 1;
   c.subscriber = req.subscriber;
+  c.ctx = who.ctx;
   bool any_private = false;
   for (const std::string &name : wanted) {
     StreamState *st = find_by_name(name);

@@ -2,6 +2,8 @@
 // keeps each stream's horizon, replays backlogs and catches up after ring
 // overruns (DESIGN §3.1, §4). Runs on the worker's main thread only.
 #pragma once
+#include "core/auth.hpp"
+#include "core/auth_audience.hpp"
 #include "core/auth_gate.hpp"
 #include "core/cursor.hpp"
 #include "core/metrics.hpp"
@@ -24,8 +26,8 @@ namespace pgbs::worker {
 struct StreamInfo {
   int64_t id = 0; // catalog id, also the stream's epoch
   std::string name;
-  std::string
-      rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
+  std::string rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us, exclude FROM <queue
+                        // ∪ archive> m
   bool is_public = true;
   bool has_retention = false;
   int64_t retention_floor = 0; // highest msg_id removed by retention
@@ -38,6 +40,7 @@ struct Row {
   int64_t enqueued_us = 0;
   int64_t commit_us = 0;  // from the ring; 0 for rows read by replay/catch-up
   bool ephemeral = false; // no table row: cannot be paged from the table
+  uint64_t exclude = 0;   // broadcast(exclude => ...): this connection does not get it
 };
 
 struct HubCounters {
@@ -77,6 +80,8 @@ public:
   void fill_snapshot(metrics::Snapshot *out, bool include_private) const;
   // Keys subscribe() verifies credentials with (start, SIGHUP).
   void configure_auth(const auth::Secrets &s) { gate_.configure(s); }
+  // Rules of visible_to labels (owned by the caller; none: labelled messages reach no one).
+  void set_audiences(auth::Audiences *a) { audiences_ = a; }
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
@@ -121,6 +126,7 @@ private:
     uint64_t id;
     bool multi = false;
     std::string subscriber;
+    std::string ctx;       // audience context (the JWT's ctx claim), "" if none
     int64_t opened_us = 0; // for stream_stats durations
     // subscriber connections: ids queued, oldest first (allocated on first use:
     // an empty std::deque costs over 500 bytes)
@@ -188,6 +194,9 @@ private:
 
   http::Server &server_;
   auth::Gate gate_;
+  auth::Audiences *audiences_ = nullptr;
+  // Whether connection c may get row: not excluded, and in the row's audience.
+  bool may_see(const Conn &c, const Row &row) const;
   uint32_t dboid_;
   int worker_index_;
   RingReader reader_;

@@ -9,6 +9,7 @@
 #include "pg/spi.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
+#include "worker/audience_rules.hpp"
 #include "worker/hub.hpp"
 
 #include <csignal>
@@ -229,6 +230,22 @@ int run() {
   }
   Hub hub(server, MyDatabaseId, worker_index);
   hub.configure_auth(auth_secrets());
+  auth::Audiences audiences(evaluate_audience_rule);
+  hub.set_audiences(&audiences);
+  // define_audience() and drop_audience() move the catalog version, whose
+  // commit wakes every worker: rules are read again at the next wake-up.
+  std::map<std::string, std::string> rules;
+  uint64 audiences_version = 0;
+  bool audiences_loaded = false;
+  auto refresh_audiences = [&] {
+    const uint64 v = pg_atomic_read_u64(&shmem::shared()->catalog_version);
+    if (audiences_loaded && v == audiences_version)
+      return;
+    audiences_version = v;
+    audiences_loaded = load_audience_rules(&rules);
+    if (audiences_loaded)
+      audiences.set_rules(rules);
+  };
   hub.reload_catalog();
   if (listening)
     register_routes(server, hub);
@@ -280,6 +297,7 @@ int run() {
     });
     if (got_sigterm)
       break;
+    refresh_audiences();
     if (ConfigReloadPending) {
       ConfigReloadPending = false;
       pg::call([] { ProcessConfigFile(PGC_SIGHUP); });

@@ -160,6 +160,13 @@ TEST(SseRequest, SignedNameUnderStreams) {
   EXPECT_EQ(r.streams, (std::vector<std::string>{"chat--x"}));
 }
 
+TEST(Cors, CredentialsOnlyForListedOrigins) {
+  EXPECT_TRUE(origin_listed("https://a.example, https://b.example", "https://b.example"));
+  EXPECT_FALSE(origin_listed("*", "https://evil.example")) << "'*' never lets cookies through";
+  EXPECT_TRUE(origin_allowed("*", "https://evil.example"));
+  EXPECT_FALSE(origin_listed("https://a.example", ""));
+}
+
 TEST(Headers, Cookie) {
   std::string v;
   EXPECT_TRUE(cookie_value("a=1; pgbus_token=abc.def; b=2", "pgbus_token", &v));

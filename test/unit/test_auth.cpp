@@ -2,6 +2,7 @@
 // real ActiveSupport::MessageVerifier (fixtures/signed_names.tsv, see
 // fixtures/gen_signed_names.rb), HS256 JWTs, patterns, subscriber ids.
 #include "core/auth.hpp"
+#include "core/auth_audience.hpp"
 #include "core/auth_gate.hpp"
 #include "core/auth_json.hpp"
 
@@ -9,6 +10,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -352,4 +354,49 @@ TEST(Secrets, FileForm) {
   EXPECT_FALSE(resolve_secret("file:" + path, &s, &err));
   EXPECT_FALSE(resolve_secret("file:/nonexistent/x", &s, &err));
   EXPECT_EQ(err.find("from-file"), std::string::npos);
+}
+
+TEST(Audiences, CachedFailClosed) {
+  int calls = 0;
+  Audiences a([&](const std::string &rule, const std::string &ctx) -> std::optional<bool> {
+    calls++;
+    if (rule == "error")
+      return std::nullopt;
+    if (rule == "throws")
+      throw std::runtime_error("evaluator broke");
+    return ctx.find(rule) != std::string::npos;
+  });
+  EXPECT_TRUE(a.set_rules({{"admins", "admin"}, {"bad", "error"}, {"worse", "throws"}}));
+  EXPECT_FALSE(a.set_rules({{"admins", "admin"}, {"bad", "error"}, {"worse", "throws"}}));
+  EXPECT_TRUE(a.visible("{\"role\":\"admin\"}", "admins"));
+  EXPECT_FALSE(a.visible("{\"role\":\"viewer\"}", "admins"));
+  for (int i = 0; i < 100; i++) // once per context and label, not per message
+    EXPECT_TRUE(a.visible("{\"role\":\"admin\"}", "admins"));
+  EXPECT_EQ(calls, 2);
+  EXPECT_FALSE(a.visible("", "admins")) << "no context";
+  EXPECT_FALSE(a.visible("{\"role\":\"admin\"}", "nobody")) << "unknown label";
+  EXPECT_FALSE(a.visible("{\"role\":\"admin\"}", "bad")) << "rule error";
+  EXPECT_FALSE(a.visible("{\"role\":\"admin\"}", "worse")) << "evaluator failure";
+  EXPECT_EQ(calls, 4);
+  // A changed rule is evaluated again; a removed label hides.
+  EXPECT_TRUE(a.set_rules({{"admins", "viewer"}}));
+  EXPECT_FALSE(a.visible("{\"role\":\"admin\"}", "admins"));
+  EXPECT_TRUE(a.visible("{\"role\":\"viewer\"}", "admins"));
+  EXPECT_EQ(calls, 6);
+  EXPECT_TRUE(a.set_rules({}));
+  EXPECT_FALSE(a.visible("{\"role\":\"viewer\"}", "admins"));
+  // The cache per label is bounded.
+  a.set_rules({{"x", "x"}});
+  for (size_t i = 0; i < Audiences::kMaxCachedPerLabel + 10; i++)
+    a.visible("ctx" + std::to_string(i), "x");
+  EXPECT_EQ(a.evaluations(), 6 + Audiences::kMaxCachedPerLabel + 10);
+}
+
+TEST(ConnectionIds, Parse) {
+  uint64_t id = 0;
+  ASSERT_TRUE(parse_connection_id("00000000000000ff", &id));
+  EXPECT_EQ(id, 255u);
+  EXPECT_FALSE(parse_connection_id("0000000000000000", &id));
+  EXPECT_FALSE(parse_connection_id("00000000000000FF", &id));
+  EXPECT_FALSE(parse_connection_id("ff", &id));
 }
