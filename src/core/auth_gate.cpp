@@ -40,12 +40,17 @@ int Gate::authenticate(std::string_view signed_name, std::string_view bearer_or_
     id->present = true;
     return 0;
   }
-  const std::string_view token = !bearer_or_query.empty() ? bearer_or_query : cookie;
+  const bool from_cookie = bearer_or_query.empty();
+  const std::string_view token = from_cookie ? cookie : bearer_or_query;
   if (token.empty())
     return 0;
   Claims c;
-  if (!verify_jwt(token, jwt_secret_, now_s, &c, reason))
-    return 401;
+  if (!verify_jwt(token, jwt_secret_, now_s, &c, reason)) {
+    if (!from_cookie)
+      return 401;
+    id->cookie_fault = "token cookie: " + *reason;
+    return 0;
+  }
   id->present = true;
   id->grants = std::move(c.streams);
   id->sub = std::move(c.sub);
@@ -60,7 +65,7 @@ int Gate::authorize(const Identity &id, std::string_view name, bool known, bool 
   if (known && is_public)
     return 0;
   if (!id.present) {
-    *reason = "credential required";
+    *reason = id.cookie_fault.empty() ? "credential required" : id.cookie_fault;
     return 401;
   }
   const bool covered = !id.signed_name.empty()
@@ -94,7 +99,7 @@ int Gate::authorize_subscriber(const Identity &id, std::string_view subscriber, 
   if (!any_private)
     return 0;
   if (!id.present) {
-    *reason = "credential required";
+    *reason = id.cookie_fault.empty() ? "credential required" : id.cookie_fault;
     return 401;
   }
   *reason = "credential names no subscriber (sub claim)";

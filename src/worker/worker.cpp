@@ -74,7 +74,11 @@ http::Config http_config() {
   c.queue_max_events = (size_t)guc::queue_max_events;
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;
   c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
-  c.admin_token = guc::admin_token ? guc::admin_token : "";
+  std::string err;
+  if (!auth::resolve_secret(guc::admin_token ? guc::admin_token : "", &c.admin_token, &err)) {
+    pg::warn("pgbus_stream.admin_token: " + err + " (the operators' routes answer 401)");
+    c.admin_token = std::string(64, '\0') + "unreadable"; // matches no token a client can send
+  }
   c.admin_loopback_only = guc::admin_loopback_only;
   c.token_cookie = guc::token_cookie ? guc::token_cookie : "";
   // worker index in the top byte, the start time below it: unique among the

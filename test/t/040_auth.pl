@@ -192,6 +192,12 @@ like($tok_chat, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'sign_token mints a compact JWT');
 	is(status_of('/streams/chat', headers => { Authorization => "Bearer $early" }), 401, 'not valid yet: 401');
 	is(status_of('/streams/open', headers => { Authorization => "Bearer $expired" }), 401,
 		'a bad credential is refused on a public stream too');
+	is(status_of('/streams/open', headers => { Cookie => "pgbus_token=$expired" }), 200,
+		'... but an expired cookie (sent unasked) does not break a public stream');
+	my $c = open_with('/streams/chat', headers => { Cookie => "pgbus_token=$expired" });
+	is($c->status, 401, 'an expired cookie on a private stream: 401');
+	like($c->body, qr/token cookie: token: expired/, '... saying why');
+	$c->close;
 	is(status_of('/streams/chat', headers => { Authorization => 'Bearer ' . ('x' x 9000) }), 401,
 		'oversized token: 401');
 }

@@ -326,7 +326,12 @@ TEST(Gate, Decisions) {
   EXPECT_EQ(Gate::authorize(id, "room_1", true, false, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "room_9", false, false, &why), 404);
   EXPECT_EQ(Gate::authorize(id, "chat", true, false, &why), 403);
-  EXPECT_EQ(g.authenticate("", "", "garbage", kNow, &id, &why), 401);
+  // A bad cookie counts as none (public streams keep working) and says why.
+  ASSERT_EQ(g.authenticate("", "", "garbage", kNow, &id, &why), 0);
+  EXPECT_FALSE(id.present);
+  EXPECT_EQ(Gate::authorize(id, "pub", true, true, &why), 0);
+  EXPECT_EQ(Gate::authorize(id, "priv", true, false, &why), 401);
+  EXPECT_NE(why.find("token cookie"), std::string::npos);
   ASSERT_EQ(g.authenticate("", "", tok, kNow, &id, &why), 0);
   EXPECT_EQ(Gate::authorize_subscriber(id, "alice", true, &why), 0);
   EXPECT_EQ(Gate::authorize_subscriber(id, "bob", false, &why), 403);
