@@ -10,9 +10,15 @@ namespace pgbs::worker {
 bool load_audience_rules(std::map<std::string, std::string> *out) {
   try {
     pg::SpiTx tx;
+    out->clear();
+    // Before CREATE EXTENSION (or at 0.1.0) there are no audiences to read.
+    pg::Table exists = tx.query("SELECT to_regclass('pgbus_stream.audiences') IS NOT NULL");
+    if (exists.rows() != 1 || exists.at(0, 0).value_or("f") != "t") {
+      tx.commit();
+      return true;
+    }
     pg::Table t = tx.query("SELECT label, rule::text FROM pgbus_stream.audiences");
     tx.commit();
-    out->clear();
     for (size_t r = 0; r < t.rows(); r++)
       if (t.at(r, 0) && t.at(r, 1))
         (*out)[*t.at(r, 0)] = *t.at(r, 1);

@@ -9,8 +9,8 @@
 
 namespace pgbs::worker {
 
-// Every label and its rule (jsonpath text); false when the read failed (the
-// caller keeps the rules it had).
+// Every label and its rule (jsonpath text), none before the extension
+// exists; false when the read failed (the caller keeps the rules it had).
 bool load_audience_rules(std::map<std::string, std::string> *out);
 // jsonb_path_exists(ctx, rule): nullopt when the rule errors on this context.
 std::optional<bool> evaluate_audience_rule(const std::string &rule, const std::string &ctx);

@@ -238,16 +238,15 @@ int run() {
   hub.set_audiences(&audiences);
   // define_audience() and drop_audience() move the catalog version, whose
   // commit wakes every worker: rules are read again at the next wake-up.
+  // A failed read is retried at the next change, not at every wake-up.
   std::map<std::string, std::string> rules;
-  uint64 audiences_version = 0;
-  bool audiences_loaded = false;
+  uint64 audiences_version = UINT64_MAX; // no version read yet
   auto refresh_audiences = [&] {
     const uint64 v = pg_atomic_read_u64(&shmem::shared()->catalog_version);
-    if (audiences_loaded && v == audiences_version)
+    if (v == audiences_version)
       return;
     audiences_version = v;
-    audiences_loaded = load_audience_rules(&rules);
-    if (audiences_loaded)
+    if (load_audience_rules(&rules))
       audiences.set_rules(rules);
   };
   hub.reload_catalog();
