@@ -17,6 +17,8 @@ bool load_audience_rules(std::map<std::string, std::string> *out) {
       tx.commit();
       return true;
     }
+    // A lock held on the table must not stall the worker's loop.
+    tx.query("SET LOCAL lock_timeout = '100ms'", {}, false);
     pg::Table t = tx.query("SELECT label, rule::text FROM pgbus_stream.audiences");
     tx.commit();
     for (size_t r = 0; r < t.rows(); r++)
@@ -32,6 +34,9 @@ bool load_audience_rules(std::map<std::string, std::string> *out) {
 std::optional<bool> evaluate_audience_rule(const std::string &rule, const std::string &ctx) {
   try {
     pg::SpiTx tx;
+    // Bounded: a costly rule (a regex on a large context) hides the message
+    // rather than stall every stream of this worker.
+    tx.query("SET LOCAL statement_timeout = '50ms'", {}, false);
     // silent => false: a rule that errors (a strict-mode structural error,
     // a type mismatch) raises, and the message stays hidden.
     pg::Table t = tx.query("SELECT jsonb_path_exists($1::jsonb, $2::jsonpath, '{}', false)",
