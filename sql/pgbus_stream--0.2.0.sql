@@ -242,17 +242,11 @@ BEGIN
   END IF;
 END $$;
 
--- _broadcast_target gives broadcast() what it needs of a stream's catalog row
--- (the catalog itself is not readable by PUBLIC).
+-- _broadcast_target gives broadcast() a stream's id and queue table, for any
+-- caller (the catalog itself is not readable by PUBLIC); broadcast() then
+-- checks the caller's INSERT privilege on the queue.
 CREATE FUNCTION @extschema@._broadcast_target(p_stream text, OUT stream_id bigint, OUT queue regclass)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-  SELECT s.id, to_regclass(format('%I.%I', s.queue_schema, s.queue_table))
-    INTO stream_id, queue FROM @extschema@.streams s WHERE s.name = p_stream;
-  IF NOT FOUND OR queue IS NULL THEN
-    RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', p_stream USING ERRCODE = 'undefined_object';
-  END IF;
-END $$;
+  AS 'MODULE_PATHNAME', 'pgbus_stream_broadcast_target' LANGUAGE C STABLE;
 
 -- _publish(stream_id, queue, data, event, visible_to, exclude): a broadcast
 -- without a table row. It checks that the caller may INSERT into the queue and

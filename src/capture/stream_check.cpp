@@ -6,6 +6,9 @@
 extern "C" {
 #include "postgres.h"
 #include "access/genam.h"
+#include "catalog/namespace.h"
+#include "fmgr.h"
+#include "funcapi.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
@@ -14,6 +17,8 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+
+PG_FUNCTION_INFO_V1(pgbus_stream_broadcast_target);
 }
 
 namespace pgbs::capture {
@@ -28,39 +33,77 @@ int column(TupleDesc desc, const char *name) {
   return 0;
 }
 
-// True when the catalog (schema nsp's streams table) records stream_id as
-// the stream of table relid. Read with a plain index scan under the active
-// snapshot: the caller may have no right to read the catalog, and a stream
-// created earlier in the same transaction must be seen.
-bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
+// The catalog index whose one key column is attnum (the primary key on id,
+// the unique constraint on name), or InvalidOid.
+Oid index_on(Relation rel, int attnum) {
+  Oid found = InvalidOid;
+  List *indexes = RelationGetIndexList(rel);
+  ListCell *lc;
+  foreach (lc, indexes) {
+    Relation ix = index_open(lfirst_oid(lc), AccessShareLock);
+    if (ix->rd_index->indnkeyatts == 1 && ix->rd_index->indkey.values[0] == attnum)
+      found = RelationGetRelid(ix);
+    index_close(ix, AccessShareLock);
+    if (OidIsValid(found))
+      break;
+  }
+  list_free(indexes);
+  return found;
+}
+
+// One catalog row (schema nsp's streams table), found by id (name == NULL)
+// or by name: its id and queue table. Read with a plain index scan under the
+// active snapshot: the caller may have no right to read the catalog, and a
+// stream created earlier in the same transaction must be seen.
+bool catalog_row(Oid nsp, int64 id, const char *name, int64 *id_out, char **schema, char **table) {
   Oid catalog = get_relname_relid("streams", nsp);
   if (!OidIsValid(catalog))
     return false;
   Relation rel = table_open(catalog, AccessShareLock);
   TupleDesc desc = RelationGetDescr(rel);
-  const int id_att = column(desc, "id"), schema_att = column(desc, "queue_schema"),
-            table_att = column(desc, "queue_table");
-  Oid pk = RelationGetPrimaryKeyIndex(rel);
+  const int id_att = column(desc, "id"), name_att = column(desc, "name"),
+            schema_att = column(desc, "queue_schema"), table_att = column(desc, "queue_table");
+  const int key_att = name ? name_att : id_att;
+  Oid index = key_att > 0 ? index_on(rel, key_att) : InvalidOid;
   bool ok = false;
-  if (id_att > 0 && schema_att > 0 && table_att > 0 && OidIsValid(pk)) {
+  if (id_att > 0 && schema_att > 0 && table_att > 0 && OidIsValid(index)) {
     ScanKeyData key;
-    ScanKeyInit(&key, id_att, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(stream_id));
+    if (name) {
+      ScanKeyInit(&key, key_att, BTEqualStrategyNumber, F_TEXTEQ, CStringGetTextDatum(name));
+      key.sk_collation = TupleDescAttr(desc, key_att - 1)->attcollation; // the index's order
+    } else {
+      ScanKeyInit(&key, key_att, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
+    }
     Snapshot snap = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-    SysScanDesc scan = systable_beginscan(rel, pk, true, snap, 1, &key);
+    SysScanDesc scan = systable_beginscan(rel, index, true, snap, 1, &key);
     HeapTuple tup = systable_getnext(scan);
     if (HeapTupleIsValid(tup)) {
-      bool n1, n2;
+      bool n0, n1, n2;
+      Datum di = heap_getattr(tup, id_att, desc, &n0);
       Datum qs = heap_getattr(tup, schema_att, desc, &n1);
       Datum qt = heap_getattr(tup, table_att, desc, &n2);
-      char *relname = get_rel_name(relid);
-      char *relnsp = get_namespace_name(get_rel_namespace(relid));
-      ok = !n1 && !n2 && relname && relnsp && strcmp(TextDatumGetCString(qs), relnsp) == 0 &&
-           strcmp(TextDatumGetCString(qt), relname) == 0;
+      if (!n0 && !n1 && !n2) {
+        *id_out = DatumGetInt64(di);
+        *schema = TextDatumGetCString(qs);
+        *table = TextDatumGetCString(qt);
+        ok = true;
+      }
     }
     systable_endscan(scan);
   }
   table_close(rel, AccessShareLock);
   return ok;
+}
+
+// True when the catalog records stream_id as the stream of table relid.
+bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
+  int64 id;
+  char *schema, *table;
+  if (!catalog_row(nsp, stream_id, nullptr, &id, &schema, &table))
+    return false;
+  char *relname = get_rel_name(relid);
+  char *relnsp = get_namespace_name(get_rel_namespace(relid));
+  return relname && relnsp && strcmp(schema, relnsp) == 0 && strcmp(table, relname) == 0;
 }
 
 } // namespace
@@ -87,3 +130,35 @@ void check_stream_table(int64_t stream_id, Oid relid, Oid nsp) {
 }
 
 } // namespace pgbs::capture
+
+// pgbus_stream._broadcast_target(stream, OUT stream_id, OUT queue): what
+// broadcast() needs of a stream's catalog row, for any caller (the catalog
+// itself is not readable by PUBLIC; broadcast() then checks the caller's
+// INSERT privilege on the queue). Plain C: no SECURITY DEFINER, no
+// search_path to pin, no per-call settings.
+extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream name must not be NULL")));
+  char *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  int64 id;
+  char *schema, *table;
+  Oid queue = InvalidOid;
+  if (pgbs::capture::catalog_row(get_func_namespace(fcinfo->flinfo->fn_oid), 0, name, &id, &schema,
+                                 &table)) {
+    Oid nsp = get_namespace_oid(schema, true);
+    if (OidIsValid(nsp))
+      queue = get_relname_relid(table, nsp);
+  }
+  if (!OidIsValid(queue))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("pgbus_stream: stream \"%s\" does not exist", name)));
+  TupleDesc desc;
+  if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("pgbus_stream: _broadcast_target must return a record")));
+  desc = BlessTupleDesc(desc);
+  Datum values[2] = {Int64GetDatum(id), ObjectIdGetDatum(queue)};
+  bool nulls[2] = {false, false};
+  PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+}
