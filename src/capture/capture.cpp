@@ -462,8 +462,7 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
              errmsg("pgbus_stream._capture() must be a statement-level INSERT trigger with the "
                     "stream id as its argument")));
   int64 stream_id = pg_strtoint64(td->tg_trigger->tgargs[0]);
-  check_stream_table(stream_id, RelationGetRelid(td->tg_relation),
-                     get_func_namespace(fcinfo->flinfo->fn_oid));
+  check_stream_table(stream_id, RelationGetRelid(td->tg_relation), fcinfo->flinfo->fn_oid);
   TxStream *ts = register_stream(stream_id);
   last_captured_id = 0;
   if (TRIGGER_FIRED_BEFORE(td->tg_event))
@@ -587,7 +586,7 @@ extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
     ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                     errmsg("pgbus_stream: permission denied to broadcast to this stream"),
                     errhint("GRANT INSERT ON the stream's queue table to the publishing role.")));
-  check_stream_table(stream_id, queue, get_func_namespace(fcinfo->flinfo->fn_oid));
+  check_stream_table(stream_id, queue, fcinfo->flinfo->fn_oid);
   uint64 exclude = 0;
   if (!PG_ARGISNULL(5)) {
     text *ex = PG_GETARG_TEXT_PP(5);

@@ -112,7 +112,7 @@ bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
 // the one the catalog records for its table: nobody can feed another stream
 // from a table of their own. Pairs once confirmed are remembered (stream ids
 // never repeat, and only who may create such triggers could move one).
-void check_stream_table(int64_t stream_id, Oid relid, Oid nsp) {
+void check_stream_table(int64_t stream_id, Oid relid, Oid fn) {
   static struct {
     int64 stream_id;
     Oid relid;
@@ -121,7 +121,7 @@ void check_stream_table(int64_t stream_id, Oid relid, Oid nsp) {
   for (const auto &c : confirmed)
     if (c.stream_id == stream_id && c.relid == relid)
       return;
-  if (!catalog_says(stream_id, relid, nsp))
+  if (!catalog_says(stream_id, relid, get_func_namespace(fn)))
     ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                     errmsg("pgbus_stream: stream %lld is not the stream of table %s",
                            (long long)stream_id, get_rel_name(relid) ? get_rel_name(relid) : "?"),
