@@ -182,4 +182,37 @@ $_->close for values %live;
 }
 
 $pg->finish;
+
+# ---- connection ids are unique across workers (exclude names one connection) ---------------
+{
+	my $two = PgbusNode->new('aud2', conf => "pgbus_stream.workers = 2\n");
+	$two->create_stream('many');
+	my (@clients, %ids, %workers);
+	for my $n (1 .. 40)
+	{
+		my $c = $two->sse('/streams/many');
+		$c->wait_for_events(1, 10);
+		my ($ev) = grep { ($_->{event} // '') eq 'pgbus:connected' } $c->events;
+		my ($id) = ($ev->{data} // '') =~ /"connectionId":"([0-9a-f]{16})"/;
+		$ids{$id}++ if $id;
+		push @clients, $c;
+		last if $n >= 12 && keys(%ids) == @clients && scalar(keys %workers) == 2;
+		%workers = map { $_ => 1 } split /\n/,
+		  $two->safe_psql('postgres', 'SELECT DISTINCT worker FROM pgbus_stream.connections()')
+		  if $n >= 12;
+	}
+	is(scalar(keys %workers), 2, 'connections on both workers');
+	is(scalar(keys %ids), scalar(@clients), 'every connection id is distinct across the workers');
+	my $actor = $clients[0];
+	my ($ev) = grep { ($_->{event} // '') eq 'pgbus:connected' } $actor->events;
+	my ($actor_id) = $ev->{data} =~ /"connectionId":"([0-9a-f]{16})"/;
+	$two->safe_psql('postgres', qq{SELECT pgbus_stream.broadcast('many', 'echo', exclude => '$actor_id')});
+	$two->broadcast('many', 'for all');
+	$_->wait_until(sub { grep { $_->{data} eq 'for all' } $_[0]->data_events }, 10) for @clients;
+	is(datas($actor), 'for all', 'two workers: the excluded connection misses it');
+	is(scalar(grep { datas($_) eq 'echo|for all' } @clients[1 .. $#clients]), $#clients,
+		'every other connection, on either worker, gets it');
+	$_->close for @clients;
+	$two->finish;
+}
 done_testing();
