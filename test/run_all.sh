@@ -50,7 +50,7 @@ ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser logs)
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
 	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux)
+	libpq-dev libmicrohttpd-dev libssl-dev libipc-run-perl perl curl procps passwd util-linux)
 
 ONLY=""
 SKIP=""
