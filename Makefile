@@ -11,8 +11,12 @@ SRCS = src/pgbus_stream.cpp \
        $(wildcard src/core/*.cpp src/http/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
 
+# make installcheck: the regression suite against a running server that
+# preloads pgbus_stream (PGHOST, PGPORT, PGUSER select it), as for any PGXS
+# extension. make installcheck-temp: the same on a temporary instance of the
+# installed PostgreSQL started with test/regress.conf (test/run_all.sh).
 REGRESS      = $(patsubst sql/%.sql,%,$(filter-out sql/$(EXTENSION)--%,$(wildcard sql/*.sql)))
-REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=$(CURDIR)/tmp_check_regress
+TEMP_INSTANCE_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=$(CURDIR)/tmp_check_regress
 
 PG_CONFIG ?= pg_config
 PG_CPPFLAGS = -Isrc $(shell pkg-config --cflags libmicrohttpd)
@@ -20,12 +24,24 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-unused-parameter -Wno-
 SHLIB_LINK  = $(shell pkg-config --libs libmicrohttpd) -lcrypto -lstdc++
 EXTRA_CLEAN = tmp_check_regress results regression.diffs regression.out
 
-# Track header dependencies (.deps/); no LLVM bitcode for C++ sources.
+# Track header dependencies (.deps/); no LLVM bitcode for C++ sources; no
+# RUNPATH (libmicrohttpd is found on the system's library path, as packages
+# must).
 override autodepend = yes
 override with_llvm = no
+override enable_rpath = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # C++ flags: PGXS's CXXFLAGS carry C-only warnings; keep ours.
 override CXXFLAGS := -O2 -g -fPIC $(PG_CXXFLAGS)
+
+.PHONY: installcheck-temp
+installcheck-temp:
+	$(MAKE) installcheck EXTRA_REGRESS_OPTS="$(EXTRA_REGRESS_OPTS) $(TEMP_INSTANCE_OPTS)"
+
+# make dist: the PGXN distribution of HEAD, pgbus_stream-<version>.zip.
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD

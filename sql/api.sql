@@ -95,7 +95,7 @@ SELECT stream, emitted, newest_id > 0 AS has_newest, subscribers FROM pgbus_stre
 SELECT count(*) AS workers FROM pgbus_stream.workers();
 SELECT count(*) AS connections FROM pgbus_stream.connections();
 SELECT count(*) AS alerts FROM pgbus_stream.alerts();
-SELECT count(*) >= 0 AS diagnostics_readable FROM pgbus_stream.diagnostics();
+SELECT * FROM pgbus_stream.diagnostics();
 
 -- retention settings and their errors
 SELECT pgbus_stream.set_retention('eph', '7 days', 1000);
@@ -126,6 +126,12 @@ SELECT has_function_privilege('public', 'pgbus_stream._capture()', 'EXECUTE') AS
        has_function_privilege('pgbus_stream_monitor', 'pgbus_stream.connections()', 'EXECUTE') AS monitor_connections,
        pg_has_role('pg_monitor', 'pgbus_stream_monitor', 'MEMBER') AS pg_monitor_member;
 
--- a re-created stream gets a new id (its epoch)
-SELECT (pgbus_stream.create_stream('chat')).id > 1 AS new_epoch;
+-- a re-created stream gets a new id (its epoch), above every id given so far
+SELECT max(id) AS max_id FROM pgbus_stream.streams \gset
+SELECT (pgbus_stream.create_stream('chat')).id > :max_id AS new_epoch;
+-- also when the extension is dropped and created again
+SELECT max(id) AS max_id FROM pgbus_stream.streams \gset
+DROP EXTENSION pgbus_stream CASCADE;
+CREATE EXTENSION pgbus_stream;
+SELECT (pgbus_stream.create_stream('anew')).id > :max_id AS new_epoch_after_recreate;
 DROP EXTENSION pgbus_stream CASCADE;

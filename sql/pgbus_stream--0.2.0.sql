@@ -16,14 +16,17 @@ CREATE TABLE @extschema@.streams (
   retention_max bigint CHECK (retention_max > 0),
   retention_floor bigint NOT NULL DEFAULT 0,  -- highest msg_id retention removed
   created_at    timestamptz NOT NULL DEFAULT now(),
+  auto_attached boolean NOT NULL DEFAULT false,  -- captured by pgbus_stream.auto_attach
+  retention_set boolean NOT NULL DEFAULT false,  -- retention configured: default_retention does not apply
   UNIQUE (queue_schema, queue_table)
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.streams', '');
 -- Stream ids are cursor epochs, so they must never repeat in this cluster,
 -- even when the extension is dropped and created again: start them at the
--- number of seconds since 2026-01-01.
+-- number of microseconds since 2026-01-01. Creating a stream takes far longer
+-- than a microsecond, so no earlier installation can have got this far.
 SELECT setval(pg_get_serial_sequence('@extschema@.streams', 'id'),
-              greatest(1, extract(epoch FROM clock_timestamp())::bigint - 1767225600));
+              greatest(1, ((extract(epoch FROM clock_timestamp()) - 1767225600) * 1000000)::bigint));
 
 -- Durable subscriber cursors, flushed by the workers in batches.
 CREATE TABLE @extschema@.subscribers (
@@ -47,6 +50,10 @@ CREATE TABLE @extschema@.stream_stats (
   created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX ON @extschema@.stream_stats (created_at);
+-- The history is kept by pg_dump too, with its id sequence (else rows written
+-- after a restore would take the restored rows' ids).
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.stream_stats', '');
+SELECT pg_catalog.pg_extension_config_dump(pg_get_serial_sequence('@extschema@.stream_stats', 'id')::regclass, '');
 
 REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
 
@@ -83,7 +90,7 @@ END $$;
 -- _hook installs the capture triggers on a queue table and records the stream.
 CREATE FUNCTION @extschema@._hook(p_name text, p_queue text, p_schema text, p_table text,
                                   p_archive text, p_kind text, p_public boolean,
-                                  p_retention interval)
+                                  p_retention interval, p_auto boolean DEFAULT false)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
   s @extschema@.streams;
@@ -109,14 +116,22 @@ BEGIN
   IF p_archive IS NOT NULL AND to_regclass(format('%I.%I', p_schema, p_archive)) IS NULL THEN
     p_archive := NULL;
   END IF;
-  INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public, retention)
-  VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention)
+  INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public,
+                                   retention, retention_set, auto_attached)
+  VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention, p_retention IS NOT NULL,
+          p_auto)
   RETURNING * INTO s;
   EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %s FOR EACH STATEMENT '
                  'EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
   EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %s REFERENCING NEW TABLE AS pgbus_new '
                  'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
-  PERFORM @extschema@._catalog_changed(s.id, true);
+  IF p_auto THEN
+    -- Workers learn of it from its first commit or subscription; shared
+    -- memory gets an entry only once it is written or watched.
+    PERFORM @extschema@._stream_born(s.id);
+  ELSE
+    PERFORM @extschema@._catalog_changed(s.id, true);
+  END IF;
   RETURN s;
 END $$;
 
@@ -129,6 +144,7 @@ DECLARE
   prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
   queue text;
   maxlen int;
+  adopted @extschema@.streams;
 BEGIN
   PERFORM @extschema@._check_stream_name(name);
   maxlen := 47 - length(prefix);  -- PGMQ's limit on queue names
@@ -146,6 +162,10 @@ BEGIN
   queue := prefix || name;
   IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pgmq') THEN
     EXECUTE 'SELECT pgmq.create($1)' USING queue;
+    adopted := @extschema@._adopt('pgmq', 'q_' || queue, name, public, retention);
+    IF adopted.id IS NOT NULL THEN
+      RETURN adopted;  -- pgbus_stream.auto_attach captured it already
+    END IF;
     RETURN @extschema@._hook(name, queue, 'pgmq', 'q_' || queue, 'a_' || queue, 'pgmq', public, retention);
   END IF;
   IF to_regclass(format('@extschema@.%I', 'q_' || queue)) IS NOT NULL THEN
@@ -178,16 +198,12 @@ CREATE FUNCTION @extschema@.attach(queue_name text, stream_name text DEFAULT NUL
                                    public boolean DEFAULT false)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
-  prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
-  sname text := stream_name;
+  sname text := coalesce(stream_name, @extschema@._stream_name_of(queue_name));
   qschema text;
+  s @extschema@.streams;
 BEGIN
   IF queue_name IS NULL OR queue_name = '' THEN
     RAISE EXCEPTION 'pgbus_stream: queue name must not be empty' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF sname IS NULL THEN
-    sname := CASE WHEN prefix <> '' AND starts_with(queue_name, prefix) AND length(queue_name) > length(prefix)
-                  THEN substr(queue_name, length(prefix) + 1) ELSE queue_name END;
   END IF;
   PERFORM @extschema@._check_stream_name(sname);
   IF to_regclass(format('pgmq.%I', 'q_' || queue_name)) IS NOT NULL THEN
@@ -198,15 +214,25 @@ BEGIN
     RAISE EXCEPTION 'pgbus_stream: queue "%" not found (no table pgmq.q_% or @extschema@.q_%)',
       queue_name, queue_name, queue_name USING ERRCODE = 'undefined_table';
   END IF;
+  s := @extschema@._adopt(qschema, 'q_' || queue_name, sname, public, NULL);
+  IF s.id IS NOT NULL THEN
+    RETURN s;  -- captured by pgbus_stream.auto_attach: now attached by hand
+  END IF;
   RETURN @extschema@._hook(sname, queue_name, qschema, 'q_' || queue_name, 'a_' || queue_name,
                            CASE WHEN qschema = 'pgmq' THEN 'pgmq' ELSE 'builtin' END, public, NULL);
 END $$;
 
+-- _stream finds a stream by its name or by the pgbus gem's logical name
+-- (whose queue is pgmq.q_<queue_name(logical)>).
 CREATE FUNCTION @extschema@._stream(p_name text) RETURNS @extschema@.streams
 LANGUAGE plpgsql STABLE AS $$
 DECLARE s @extschema@.streams;
 BEGIN
   SELECT * INTO s FROM @extschema@.streams WHERE name = p_name;
+  IF NOT FOUND THEN
+    SELECT * INTO s FROM @extschema@.streams
+     WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || @extschema@._queue_name_or_null(p_name);
+  END IF;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', p_name USING ERRCODE = 'undefined_object';
   END IF;
@@ -392,7 +418,8 @@ BEGIN
   IF max_messages IS NOT NULL AND max_messages <= 0 THEN
     RAISE EXCEPTION 'pgbus_stream: max_messages must be positive' USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  UPDATE @extschema@.streams SET retention = max_age, retention_max = max_messages WHERE id = s.id;
+  UPDATE @extschema@.streams SET retention = max_age, retention_max = max_messages, retention_set = true
+   WHERE id = s.id;
   PERFORM @extschema@._catalog_changed(s.id);
 END $$;
 
@@ -408,6 +435,9 @@ DECLARE
 BEGIN
   removed := 0;
   SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id;
+  IF FOUND AND NOT s.retention_set AND s.retention IS NULL AND s.retention_max IS NULL THEN
+    s.retention := nullif(current_setting('pgbus_stream.default_retention')::interval, interval '0');
+  END IF;
   IF NOT FOUND OR (s.retention IS NULL AND s.retention_max IS NULL) THEN
     floor := coalesce(s.retention_floor, 0);
     RETURN;
@@ -482,6 +512,158 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
     FROM @extschema@.connections() c, t
    WHERE t.pressure > 0 AND greatest(c.queued_events / t.max_events, c.queued_bytes / t.max_bytes) >= t.pressure
 $$;
+
+-- ---- The pgbus gem's queues: names, auto-attach, forgetting dropped queues ----
+
+-- queue_name returns the PGMQ queue the pgbus gem uses for a logical stream
+-- name ('ai_chat_3a4f:messages' -> 'pgbus_ai_chat_3a4f_messages'); an error
+-- when the queue name would be longer than PGMQ's 47 characters.
+CREATE FUNCTION @extschema@.queue_name(logical text) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_queue_name' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- _queue_name_or_null is queue_name, NULL instead of an error.
+CREATE FUNCTION @extschema@._queue_name_or_null(logical text) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_queue_name_or_null' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- _auto_attach_match tells whether pgbus_stream.auto_attach captures a queue.
+CREATE FUNCTION @extschema@._auto_attach_match(queue text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'pgbus_stream_auto_attach_match' LANGUAGE C STABLE STRICT;
+
+-- _stream_born clears what an older stream with the same id left in shared
+-- memory, without taking an entry for the new one.
+CREATE FUNCTION @extschema@._stream_born(stream_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'pgbus_stream_stream_born' LANGUAGE C STRICT;
+REVOKE ALL ON FUNCTION @extschema@._stream_born(bigint) FROM PUBLIC;
+
+-- _stream_name_of names the stream of a queue: the queue without
+-- pgbus_stream.queue_prefix.
+CREATE FUNCTION @extschema@._stream_name_of(queue text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE prefix text := coalesce(current_setting('pgbus_stream.queue_prefix', true), 'pgbus_');
+BEGIN
+  RETURN CASE WHEN prefix <> '' AND starts_with(queue, prefix) AND length(queue) > length(prefix)
+              THEN substr(queue, length(prefix) + 1) ELSE queue END;
+END $$;
+
+-- _adopt turns an auto-attached stream into one configured by hand
+-- (create_stream or attach on a queue auto_attach captured first); returns
+-- an empty row when the queue was not auto-attached.
+CREATE FUNCTION @extschema@._adopt(p_schema text, p_table text, p_name text, p_public boolean,
+                                   p_retention interval)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams;
+BEGIN
+  UPDATE @extschema@.streams
+     SET name = p_name, public = p_public, auto_attached = false,
+         retention = coalesce(p_retention, retention), retention_set = retention_set OR p_retention IS NOT NULL
+   WHERE queue_schema = p_schema AND queue_table = p_table AND auto_attached
+  RETURNING * INTO s;
+  IF FOUND THEN
+    PERFORM @extschema@._catalog_changed(s.id);
+  END IF;
+  RETURN s;
+END $$;
+
+-- _auto_attach hooks pgmq.q_<queue> for auto_attach. It never fails: a queue
+-- it cannot hook (name taken, not PGMQ-shaped) gets a WARNING, so that
+-- pgmq.create() keeps working for the application. Returns whether it hooked.
+CREATE FUNCTION @extschema@._auto_attach(p_queue text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE sname text := @extschema@._stream_name_of(p_queue);
+BEGIN
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || p_queue) THEN
+    RETURN false;
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE name = sname) THEN
+    sname := p_queue;  -- a stream of another queue has the short name
+  END IF;
+  BEGIN
+    PERFORM @extschema@._check_stream_name(sname);
+    -- private: the gem reads its streams with signed names, and job queues
+    -- share the prefix (their payloads are nobody's to read)
+    PERFORM @extschema@._hook(sname, p_queue, 'pgmq', 'q_' || p_queue, 'a_' || p_queue, 'pgmq', false, NULL, true);
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pgbus_stream: PGMQ queue "%" not auto-attached: %', p_queue, SQLERRM;
+    RETURN false;
+  END;
+  RETURN true;
+END $$;
+
+-- attach_matching hooks every PGMQ queue that pgbus_stream.auto_attach
+-- matches and that is not attached yet (CREATE EXTENSION runs it; run it
+-- after widening the setting); returns how many it hooked.
+CREATE FUNCTION @extschema@.attach_matching() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  q text;
+  n integer := 0;
+BEGIN
+  FOR q IN SELECT substr(c.relname, 3) FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+            WHERE ns.nspname = 'pgmq' AND c.relkind IN ('r', 'p') AND c.relname LIKE 'q\_%'
+              AND NOT c.relispartition ORDER BY c.relname LOOP
+    IF @extschema@._auto_attach_match(q) AND @extschema@._auto_attach(q) THEN
+      n := n + 1;
+    END IF;
+  END LOOP;
+  RETURN n;
+END $$;
+
+-- _on_create_table (event trigger, ddl_command_end of CREATE TABLE) hooks a
+-- new pgmq.q_<queue> that auto_attach matches, and records a new
+-- pgmq.a_<queue> as the archive of its stream. pgmq.create() runs as the
+-- application's role, hence SECURITY DEFINER.
+CREATE FUNCTION @extschema@._on_create_table() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  rel oid;
+  t text;
+BEGIN
+  FOR rel IN SELECT d.objid FROM pg_event_trigger_ddl_commands() d
+              WHERE d.classid = 'pg_class'::regclass AND d.schema_name = 'pgmq' AND d.object_type = 'table' LOOP
+    -- one index lookup per new table (a join may scan all of pg_class)
+    SELECT c.relname INTO t FROM pg_class c WHERE c.oid = rel AND NOT c.relispartition;
+    IF t IS NULL OR t !~ '^[qa]_' THEN
+      CONTINUE;
+    END IF;
+    IF starts_with(t, 'q_') THEN
+      IF @extschema@._auto_attach_match(substr(t, 3)) THEN
+        PERFORM @extschema@._auto_attach(substr(t, 3));
+      END IF;
+    ELSE
+      UPDATE @extschema@.streams SET archive_table = t
+       WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL;
+    END IF;
+  END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@._on_create_table() FROM PUBLIC;
+
+-- _on_drop (event trigger, sql_drop) forgets the streams whose queue table
+-- was dropped (pgmq.drop_queue, DROP TABLE, DROP SCHEMA pgmq CASCADE).
+CREATE FUNCTION @extschema@._on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE n integer;
+BEGIN
+  IF to_regclass('@extschema@.streams') IS NULL THEN
+    RETURN;  -- the extension itself is being dropped
+  END IF;
+  WITH gone AS (
+    DELETE FROM @extschema@.streams s USING pg_event_trigger_dropped_objects() d
+     WHERE d.object_type = 'table' AND d.schema_name = s.queue_schema AND d.object_name = s.queue_table
+    RETURNING s.name),
+  subs AS (DELETE FROM @extschema@.subscribers b USING gone WHERE b.stream = gone.name)
+  SELECT count(*) INTO n FROM gone;
+  IF n > 0 THEN
+    PERFORM @extschema@._catalog_changed(NULL);
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@._on_drop() FROM PUBLIC;
+
+CREATE EVENT TRIGGER pgbus_stream_auto_attach ON ddl_command_end WHEN TAG IN ('CREATE TABLE')
+  EXECUTE FUNCTION @extschema@._on_create_table();
+CREATE EVENT TRIGGER pgbus_stream_forget_dropped ON sql_drop
+  EXECUTE FUNCTION @extschema@._on_drop();
+
+SELECT @extschema@.attach_matching();
 
 -- ---- Access control -------------------------------------------------------
 

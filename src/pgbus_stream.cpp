@@ -1,6 +1,7 @@
 // Module entry: refuses to load outside shared_preload_libraries, registers
 // the GUCs, requests shared memory and registers the background workers.
 #include "pgbus_stream.hpp"
+#include "core/names.hpp" // before postgres.h (core/ refuses to compile after it)
 #include "capture/capture.hpp"
 #include "shmem/shared.hpp"
 
@@ -36,6 +37,8 @@ int queue_max_bytes = 1048576;
 int overflow_policy = 0;
 char *cors_origins = nullptr;
 char *queue_prefix = nullptr;
+char *auto_attach = nullptr;
+int default_retention_s = 0;
 int replay_page_size = 500;
 int shutdown_drain_ms = 1000;
 int memory_retention = 1000;
@@ -90,6 +93,14 @@ static const struct config_enum_entry overflow_options[] = {{"drop_oldest", 0, f
 
 static const struct config_enum_entry shutdown_options[] = {
     {"drain", 0, false}, {"discard", 1, false}, {nullptr, 0, false}};
+
+static bool check_auto_attach(char **newval, void **, GucSource) {
+  if (*newval == nullptr || pgbs::names::valid_auto_attach(*newval))
+    return true;
+  GUC_check_errdetail("A comma-separated list of queue name patterns: letters, digits, \"_\" and "
+                      "\"*\" (any run of characters), at most 47 characters each.");
+  return false;
+}
 
 // Alert thresholds (read by alerts() in SQL).
 static int alert_failed_total = 1;
@@ -169,6 +180,16 @@ static void define_gucs() {
   DefineCustomStringVariable("pgbus_stream.queue_prefix",
                              "Prefix of queue names made by create_stream().", nullptr,
                              &queue_prefix, "pgbus_", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable(
+      "pgbus_stream.auto_attach",
+      "PGMQ queues captured without attach(): comma-separated patterns, '*' for any run of "
+      "characters, an item without '*' is a prefix ('' = none).",
+      nullptr, &auto_attach, "pgbus_", PGC_SIGHUP, 0, check_auto_attach, nullptr, nullptr);
+  DefineCustomIntVariable("pgbus_stream.default_retention",
+                          "Retention of streams that set_retention() never configured (0 = keep "
+                          "everything).",
+                          nullptr, &default_retention_s, 0, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
+                          nullptr, nullptr, nullptr);
   DefineCustomIntVariable("pgbus_stream.replay_page_size", "Rows read per replay query.", nullptr,
                           &replay_page_size, 500, 10, 100000, PGC_SIGHUP, 0, nullptr, nullptr,
                           nullptr);

@@ -22,6 +22,8 @@ extern int queue_max_bytes;
 extern int overflow_policy; // pgbs::OverflowPolicy as int
 extern char *cors_origins;
 extern char *queue_prefix;
+extern char *auto_attach;       // patterns of PGMQ queues captured without attach()
+extern int default_retention_s; // 0 = none
 extern int replay_page_size;
 extern int shutdown_drain_ms;
 extern int memory_retention;

@@ -10,15 +10,31 @@
 #   deps      install missing Debian packages (apt; as root, or through sudo -n)
 #   build     make (and make -C test/e2e, the TAP tests' helper programs, if present)
 #   install   make install
-#   regress   make installcheck (pg_regress with a temporary instance)
+#   regress   make installcheck-temp (pg_regress with a temporary instance)
 #   unit      make -C test/unit run             (if test/unit/Makefile exists)
 #   unit-san  make -C test/unit SAN=1 run       (same, clang + ASan/UBSan)
 #   http      make -C test/http run             (if test/http/Makefile exists)
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
 #   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
-#   logs      every server log of regress and tap: any "terminated by signal"
-#             fails, except kills a TAP test announced (<log>.expected_signals)
+#   package   bash test/package/run.sh: dpkg-buildpackage -b, lintian, dpkg -i,
+#             make installcheck against a running server of Debian's PostgreSQL
+#             preloading the installed library, 001_basic and 091_upgrade on
+#             the installed files, dpkg --purge (what it replaced is put back)
+#   cassert   the same build, install, regress, tap and logs stages against
+#             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
+#             built once from Debian's source package, then reused from its
+#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
+#   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
+#             a process killed by a signal, a worker exit while the server was
+#             not stopping, or a FATAL line of the extension fails, except kills
+#             and exits a test announced (<log>.expected_signals)
+#   mutations test/mutations/run.sh (only when asked: --only mutations): plants
+#             each fault of test/mutations/faults.txt, runs the test that must
+#             kill it, fails if any survives
+#
+# A stage that cannot run (returns 77: something it needs is missing) counts
+# as a failure.
 #
 # PostgreSQL refuses to run as root. When this script runs as root (CI does),
 # the stages that start a server (regress, tap) run as the unprivileged user
@@ -29,7 +45,8 @@
 #
 # Environment: FUZZ_SECONDS (15), PROVE_TESTS (test files, default all),
 # PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
-# PG_CONFIG.
+# PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
+# PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,12 +62,14 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser logs)
+ALL_STAGES=(deps build install regress unit unit-san http fuzz tap browser package cassert logs mutations)
 
-# Debian packages the stages need (build, server, TAP harness, unit tests, demo).
+# Debian packages the stages need (build, server, TAP harness, unit tests, demo,
+# Debian package).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
 	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-	libpq-dev libmicrohttpd-dev libssl-dev libipc-run-perl perl curl procps passwd util-linux)
+	libpq-dev libmicrohttpd-dev libssl-dev libipc-run-perl perl curl procps passwd util-linux
+	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian)
 
 ONLY=""
 SKIP=""
@@ -88,7 +107,8 @@ FAILED=0
 PASSED=0
 
 # run_stage NAME FUNCTION: runs FUNCTION unless NAME is deselected, times it
-# and records PASS / FAIL / SKIP (a function returning 77 means "skipped").
+# and records PASS or FAIL. A function returning 77 could not run (something
+# missing): that is recorded as "FAIL (skipped)", never as a pass.
 run_stage() {
 	local name=$1 fn=$2
 	if ! wanted "$name"; then
@@ -107,7 +127,9 @@ run_stage() {
 		RESULTS+=("$name|PASS|$secs")
 		PASSED=$((PASSED + 1))
 	elif [ $rc -eq 77 ]; then
-		RESULTS+=("$name|skipped|$secs")
+		# A stage that could not run proves nothing: it is not a pass.
+		RESULTS+=("$name|FAIL (skipped)|$secs")
+		FAILED=$((FAILED + 1))
 	else
 		RESULTS+=("$name|FAIL (exit $rc)|$secs")
 		FAILED=$((FAILED + 1))
@@ -203,6 +225,9 @@ prepare_check_dir() {
 	rm -rf "$CHECK_DIR"
 	mkdir -p "$CHECK_DIR/tree/test" "$CHECK_DIR/tap" || return 1
 	(cd "$REPO" && cp -R Makefile ./*.control sql "$CHECK_DIR/tree/") || return 1
+	# release files, read by test/t/090_version.pl
+	mkdir -p "$CHECK_DIR/tree/debian" || return 1
+	(cd "$REPO" && cp META.json LICENSE README.md "$CHECK_DIR/tree/" && cp debian/changelog debian/control debian/control.in "$CHECK_DIR/tree/debian/") || return 1
 	[ -d "$REPO/expected" ] && cp -R "$REPO/expected" "$CHECK_DIR/tree/"
 	cp "$REPO/test/regress.conf" "$CHECK_DIR/tree/test/" 2>/dev/null
 	mkdir -p "$CHECK_DIR/tree/test/t" || return 1
@@ -226,7 +251,7 @@ stage_regress() {
 	prepare_check_dir || return 1
 	local out=$CHECK_DIR/tree
 	as_test_user env PATH="$PGBIN:$PATH" \
-		make -C "$out" installcheck PG_CONFIG="$PG_CONFIG"
+		make -C "$out" installcheck-temp PG_CONFIG="$PG_CONFIG"
 	local rc=$?
 	if [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ]; then
 		echo "---- $out/regression.diffs (first 200 lines)"
@@ -254,7 +279,12 @@ stage_browser() {
 		echo "test/browser/run.sh not found: skipped"
 		return 77
 	fi
+	BROWSER_RAN=1
 	bash "$REPO/test/browser/run.sh"
+}
+
+stage_mutations() {
+	bash "$REPO/test/mutations/run.sh"
 }
 
 stage_tap() {
@@ -283,35 +313,65 @@ stage_tap() {
 	return $rc
 }
 
-# stage_logs: every server log of this run, checked for processes killed by a
-# signal. A kill a TAP test did on purpose is listed in <log>.expected_signals
+# stage_package: test/package/run.sh (the Debian package built, installed,
+# tested against its installed files and removed; the files it replaced are
+# put back), in the check directory.
+stage_package() {
+	prepare_check_dir || return 1
+	PGBUS_TEST_USER=$TEST_USER PGBUS_PACKAGE_DIR=$CHECK_DIR/package bash "$REPO/test/package/run.sh"
+}
+
+# stage_cassert: the server stages again, against an assert-enabled
+# PostgreSQL (built once, then cached), on a copy of the tree so that the
+# objects of the main build are left alone. The nested run checks its own
+# server logs; PROVE_TESTS and PROVE_FLAGS apply to it as well.
+stage_cassert() {
+	local pgc dir=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
+	pgc=$(JOBS=$JOBS "$REPO/test/pg_cassert.sh") || return 1
+	rm -rf "$dir"
+	mkdir -p "$dir/tree" || return 1
+	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+		# tracked and new files as they are in the working tree (deleted ones skipped)
+		(cd "$REPO" && git ls-files -co --exclude-standard -z |
+			while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+			xargs -0 cp --parents -t "$dir/tree") || return 1
+	else
+		cp -R "$REPO"/. "$dir/tree" || return 1
+		make -C "$dir/tree" clean PG_CONFIG="$pgc" >/dev/null 2>&1
+	fi
+	chmod -R a+rX "$dir"
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
+		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
+}
+
+# stage_logs: every server log of this run (regress, tap, and the browser
+# stage's when it ran), checked by test/lib/scan_logs.pl (rule:
+# test/lib/LogScan.pm): a process killed by a signal, a worker that exited
+# while the server was not stopping, a FATAL line of the extension. Kills and
+# exits a TAP test caused on purpose are listed in <log>.expected_signals
 # (one fixed string per line, e.g. "(PID 123) was terminated by signal 9").
+BROWSER_RAN=0
 stage_logs() {
 	# Without a server stage in this invocation, check the previous run's logs.
 	[ -n "$CHECK_DIR" ] || resolve_check_dir 2>/dev/null
-	if [ ! -d "$CHECK_DIR" ]; then
-		echo "no check directory ($CHECK_DIR): nothing to check"
+	local logs=() f
+	if [ -d "$CHECK_DIR" ]; then
+		while IFS= read -r -d '' f; do logs+=("$f"); done < <(
+			find "$CHECK_DIR" \( -path '*/log/*.log' -o -name 'postmaster.log' \) \
+				! -name 'regress_log_*' -type f -print0 2>/dev/null)
+	fi
+	if [ $BROWSER_RAN -eq 1 ]; then
+		f=$REPO/test/browser/output/postgres.log
+		[ -f "$f" ] || { echo "FAIL: the browser stage ran but left no server log ($f)"; return 1; }
+		logs+=("$f")
+	fi
+	if [ ${#logs[@]} -eq 0 ]; then
+		echo "no server log found (check directory: $CHECK_DIR)"
 		return 77
 	fi
-	local logs=() f bad=0 n=0 hits
-	while IFS= read -r -d '' f; do logs+=("$f"); done < <(
-		find "$CHECK_DIR" \( -path '*/log/*.log' -o -name 'postmaster.log' \) \
-			! -name 'regress_log_*' -type f -print0 2>/dev/null)
-	for f in "${logs[@]}"; do
-		n=$((n + 1))
-		if [ -s "$f.expected_signals" ]; then
-			hits=$(grep -a 'terminated by signal' "$f" | grep -avF -f "$f.expected_signals")
-		else
-			hits=$(grep -a 'terminated by signal' "$f")
-		fi
-		if [ -n "$hits" ]; then
-			echo "FAIL: $f:"
-			echo "$hits"
-			bad=1
-		fi
-	done
-	echo "$n server log(s) checked"
-	[ $n -gt 0 ] || { echo "no server log found under $CHECK_DIR"; return 1; }
+	perl "$REPO/test/lib/scan_logs.pl" "${logs[@]}"
+	local bad=$?
+	echo "${#logs[@]} server log(s) checked"
 	return $bad
 }
 
@@ -350,7 +410,13 @@ if [ $BUILD_OK -eq 1 ]; then
 else
 	RESULTS+=("browser|not run (build/install failed)|0")
 fi
+run_stage package stage_package
+run_stage cassert stage_cassert
 run_stage logs stage_logs
+# Not part of the default run (it rebuilds and reruns tests once per fault).
+if [[ "$ONLY" == *",mutations,"* ]]; then
+	run_stage mutations stage_mutations
+fi
 
 END=$(now)
 log "summary"

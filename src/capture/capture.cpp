@@ -28,6 +28,7 @@ extern "C" {
 #include "commands/sequence.h"
 #include "access/detoast.h"
 #include "utils/jsonb.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
@@ -73,13 +74,22 @@ Size record_size(const PendingRow *r) {
 
 constexpr int kMaxTxStreams = 256;
 
+// Local memory one transaction's capture may use for its pending rows
+// (PendingRow entries): past it, as past max_pending_events, the workers read
+// the transaction's rows from the tables instead.
+constexpr Size kRowsBudget = 32 * 1024 * 1024;
+
+// Inline payloads of one transaction: what a quarter of the ring can carry.
+Size inline_budget() { return shmem::shared()->ring_capacity / 4; }
+
 struct TxState {
   TxStream streams[kMaxTxStreams];
   int nstreams;
   bool registered; // this backend's slot holds entries
   bool overflowed; // more than max_pending_events: workers catch up from the tables
   bool catalog_changed;
-  Size inline_bytes; // ephemeral payload bytes collected
+  bool inline_full;  // the inline budget is spent: later rows are read from the table
+  Size inline_bytes; // inline payload bytes collected (ring records included)
   PendingRow *rows;  // in TopMemoryContext
   int64 nrows;
   int64 cap;
@@ -107,30 +117,20 @@ TxStream *register_stream(int64 stream_id) {
   TxStream *ts = find_tx_stream(stream_id);
   if (ts)
     return ts;
-  // Shared entries never move: remember the last few this backend used.
-  static struct {
-    Oid db;
-    int64 id;
-    StreamEntry *e;
-  } cache[16];
-  static int next_slot = 0;
-  StreamEntry *e = nullptr;
-  for (auto &c : cache)
-    if (c.e && c.id == stream_id && c.db == MyDatabaseId && c.e->stream_id == stream_id)
-      e = c.e;
-  if (e == nullptr) {
-    e = shmem::stream_entry(MyDatabaseId, stream_id, true);
-    if (e)
-      cache[next_slot++ % 16] = {MyDatabaseId, stream_id, e};
-  }
-  if (e == nullptr)
-    ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-                    errmsg("pgbus_stream: too many streams in shared memory"),
-                    errhint("Raise pgbus_stream.max_streams and restart the server.")));
   if (tx.nstreams >= kMaxTxStreams)
     ereport(ERROR,
             (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
              errmsg("pgbus_stream: a transaction can write to at most %d streams", kMaxTxStreams)));
+  // Held until the transaction ends (release_streams), so it is not reused
+  // while this backend's slot names the stream.
+  StreamEntry *e = shmem::acquire_stream(MyDatabaseId, stream_id, shmem::kBackend);
+  if (e == nullptr)
+    ereport(ERROR,
+            (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+             errmsg("pgbus_stream: more streams in use at once than shared memory can track"),
+             errdetail("Every one of the pgbus_stream.max_streams entries is held by an "
+                       "open transaction or a worker."),
+             errhint("Raise pgbus_stream.max_streams and restart the server.")));
   shmem::BackendSlot *slot = my_slot();
   slot->dboid = MyDatabaseId;
   if (!tx.registered) // full barrier: the bit is visible before any entry
@@ -171,7 +171,8 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   if (!ephemeral) {
     if (tx.overflowed)
       return;
-    if (tx.nrows >= guc::max_pending_events) {
+    if (tx.nrows >= guc::max_pending_events ||
+        (Size)(tx.nrows + 1) * sizeof(PendingRow) > kRowsBudget) {
       tx.overflowed = true; // the workers will read this transaction's rows from the table
       int64 keep = 0;       // keep only the ephemeral events
       for (int64 i = 0; i < tx.nrows; i++)
@@ -183,8 +184,10 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   }
   if (tx.nrows >= tx.cap) {
     int64 ncap = tx.cap ? tx.cap * 2 : 64;
-    if (ncap > guc::max_pending_events && !ephemeral)
-      ncap = Max(guc::max_pending_events, tx.nrows + 1);
+    const int64 most =
+        Min((int64)guc::max_pending_events, (int64)(kRowsBudget / sizeof(PendingRow)));
+    if (ncap > most && !ephemeral)
+      ncap = Max(most, tx.nrows + 1);
     tx.rows = tx.rows
                   ? (PendingRow *)repalloc(tx.rows, ncap * sizeof(PendingRow))
                   : (PendingRow *)MemoryContextAlloc(TopMemoryContext, ncap * sizeof(PendingRow));
@@ -215,11 +218,20 @@ void clear_slot() {
                           ~(UINT64CONST(1) << (MyProc->pgprocno % 64)));
 }
 
-void reset_tx() {
+// Gives back the stream entries this transaction held (after its commit was
+// published or its slot cleared).
+void release_streams() {
+  for (int i = 0; i < tx.nstreams; i++)
+    shmem::release_stream(tx.streams[i].entry, shmem::kBackend);
   tx.nstreams = 0;
+}
+
+void reset_tx() {
+  release_streams();
   tx.registered = false;
   tx.overflowed = false;
   tx.catalog_changed = false;
+  tx.inline_full = false;
   tx.inline_bytes = 0;
   tx.nrows = 0;
   if (tx.cap > 4096) { // do not keep a large buffer between transactions
@@ -382,8 +394,16 @@ bool envelope_member(JsonbContainer *root, const char *key, const char **val, in
 // the worker (too large, or an envelope with non-string members).
 char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len,
                      uint64 *exclude) {
-  if (toast_raw_datum_size(message) > (Size)guc::inline_payload_max)
+  // Budgeted before anything is converted: the JSON text is about the size of
+  // the stored value, and a statement of many rows must not convert them all
+  // only to find the budget spent.
+  const Size raw = toast_raw_datum_size(message);
+  if (raw > (Size)guc::inline_payload_max)
     return nullptr;
+  if (tx.inline_bytes + raw + sizeof(RecordHeader) > inline_budget()) {
+    tx.inline_full = true;
+    return nullptr;
+  }
   Jsonb *jb = DatumGetJsonbP(message);
   const char *parts[3] = {nullptr, nullptr, nullptr};
   int lens[3] = {0, 0, 0};
@@ -417,8 +437,10 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
     lens[0] = (int)strlen(text);
   }
   Size total = (Size)lens[0] + lens[1] + lens[2];
-  if (tx.inline_bytes + total + sizeof(RecordHeader) > shmem::shared()->ring_capacity / 4)
+  if (tx.inline_bytes + total + sizeof(RecordHeader) > inline_budget()) {
+    tx.inline_full = true;
     return nullptr;
+  }
   char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);
   Size off = 0;
   for (int i = 0; i < 3; i++) {
@@ -474,15 +496,26 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
                     errmsg("pgbus_stream._capture() AFTER trigger needs REFERENCING NEW TABLE")));
   TupleDesc desc = RelationGetDescr(td->tg_relation);
   int attnum = attnum_of(desc, "msg_id");
-  int message_attnum = pgbs::guc::inline_payload_max > 0 ? attnum_of(desc, "message") : 0;
+  // A stream nobody watches (the gem's job queues share its prefix) gets no
+  // payload copies: a subscriber arriving before the commit has its worker
+  // read the rows back, and the ring keeps room for watched streams.
+  const bool watched = ts->entry && pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0;
+  int message_attnum =
+      pgbs::guc::inline_payload_max > 0 && watched ? attnum_of(desc, "message") : 0;
   if (attnum == 0)
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
                     errmsg("pgbus_stream: table \"%s\" has no msg_id column",
                            RelationGetRelationName(td->tg_relation))));
   TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
-  int ptr = tuplestore_alloc_read_pointer(rows, 0);
+  // Our own read pointer, from the start: other triggers may have read the
+  // transition table already. Rewinding needs EXEC_FLAG_REWIND (which
+  // transition tables support).
+  int ptr = tuplestore_alloc_read_pointer(rows, EXEC_FLAG_REWIND);
   tuplestore_select_read_pointer(rows, ptr);
   tuplestore_rescan(rows);
+  // Detoasted values and JSON text of one row live until the next row only.
+  MemoryContext row_cxt =
+      AllocSetContextCreate(CurrentMemoryContext, "pgbus_stream capture row", ALLOCSET_SMALL_SIZES);
   while (tuplestore_gettupleslot(rows, true, false, slot)) {
     bool isnull;
     Datum d = slot_getattr(slot, attnum, &isnull);
@@ -492,35 +525,30 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
     char *payload = nullptr;
     uint32 lens[3] = {0, 0, 0};
     uint64 exclude = 0;
-    if (message_attnum > 0 && !tx.overflowed) {
+    if (message_attnum > 0 && !tx.overflowed && !tx.inline_full) {
       bool mnull;
       Datum m = slot_getattr(slot, message_attnum, &mnull);
-      if (!mnull)
+      if (!mnull) {
+        MemoryContext old = MemoryContextSwitchTo(row_cxt);
         payload = inline_payload(m, &lens[0], &lens[1], &lens[2], &exclude);
+        MemoryContextSwitchTo(old);
+        MemoryContextReset(row_cxt);
+      }
     }
     collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
   }
+  MemoryContextDelete(row_cxt);
   tuplestore_select_read_pointer(rows, 0);
   ExecDropSingleTupleTableSlot(slot);
   return PointerGetDatum(NULL);
 }
 
-// pgbus_stream._catalog_changed(stream_id): called by the catalog functions;
-// makes sure shared memory tracks the stream and tells the workers at commit.
+// pgbus_stream._catalog_changed(stream_id[, fresh]): called by the catalog
+// functions; tells the workers at commit. Shared memory takes an entry for
+// the stream only once it is written or watched.
 extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
-  if (!PG_ARGISNULL(0)) {
-    int64 stream_id = PG_GETARG_INT64(0);
-    bool fresh = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
-    pgbs::shmem::StreamEntry *e = pgbs::shmem::stream_entry(MyDatabaseId, stream_id, true);
-    if (e == nullptr)
-      ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-                      errmsg("pgbus_stream: too many streams in shared memory"),
-                      errhint("Raise pgbus_stream.max_streams and restart the server.")));
-    // A new stream starts from nothing, whatever an older incarnation of the
-    // extension left in shared memory under the same id.
-    if (fresh)
-      pg_atomic_write_u64(&e->max_committed, 0);
-  }
+  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
+    pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
   note_catalog_change();
   PG_RETURN_VOID();
 }

@@ -1,7 +1,11 @@
 // The capture trigger's guard: a stream id must be the one the catalog
 // records for the table the trigger fires on (or that _publish() is given).
 // Plain PostgreSQL C API only, like the rest of capture.
+#include "core/auth.hpp" // before postgres.h
+#include "core/names.hpp"
 #include "capture/capture.hpp"
+
+#include <string>
 
 extern "C" {
 #include "postgres.h"
@@ -20,6 +24,8 @@ extern "C" {
 
 PG_FUNCTION_INFO_V1(pgbus_stream_broadcast_target);
 }
+
+#include "pg/guard.hpp"
 
 namespace pgbs::capture {
 namespace {
@@ -141,11 +147,32 @@ extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("pgbus_stream: stream name must not be NULL")));
   char *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  const Oid ext = get_func_namespace(fcinfo->flinfo->fn_oid);
   int64 id;
   char *schema, *table;
   Oid queue = InvalidOid;
-  if (pgbs::capture::catalog_row(get_func_namespace(fcinfo->flinfo->fn_oid), 0, name, &id, &schema,
-                                 &table)) {
+  bool found = pgbs::capture::catalog_row(ext, 0, name, &id, &schema, &table);
+  if (!found) {
+    // A logical name of the pgbus gem ("ai_chat_3a4f:messages"): the stream
+    // auto_attach made of its queue, named after the queue without the prefix
+    // (or after the whole queue when that name was taken).
+    char short_name[128] = "", queue_name[128] = "";
+    pgbs::pg::entry([&]() -> Datum {
+      pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
+      const std::string q = pgbs::names::queue_name(name, &err);
+      if (err == pgbs::names::QueueNameError::None && q.size() < sizeof(queue_name)) {
+        strlcpy(queue_name, q.c_str(), sizeof(queue_name));
+        strlcpy(short_name, pgbs::auth::gem_stream_name(name).c_str(), sizeof(short_name));
+      }
+      return (Datum)0;
+    });
+    for (const char *candidate : {(const char *)short_name, (const char *)queue_name})
+      if (!found && candidate[0] != '\0' &&
+          pgbs::capture::catalog_row(ext, 0, candidate, &id, &schema, &table))
+        found = strcmp(schema, "pgmq") == 0 && strncmp(table, "q_", 2) == 0 &&
+                strcmp(table + 2, queue_name) == 0;
+  }
+  if (found) {
     Oid nsp = get_namespace_oid(schema, true);
     if (OidIsValid(nsp))
       queue = get_relname_relid(table, nsp);

@@ -2,6 +2,7 @@
 #include "core/auth.hpp"
 
 #include "core/auth_json.hpp"
+#include "core/names.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -480,24 +481,11 @@ bool valid_subscriber_id(std::string_view id, std::string *why) {
 }
 
 std::string gem_stream_name(std::string_view name) {
-  bool plain = !name.empty();
-  for (char c : name)
-    plain &= (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  if (plain)
-    return std::string(name);
-  std::string out;
-  for (char c : name) {
-    if (c == '-' || c == '.' || c == ':')
-      c = '_';
-    const bool keep =
-        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-    if (!keep || (c == '_' && (out.empty() || out.back() == '_')))
-      continue;
-    out.push_back(c);
-  }
-  while (!out.empty() && out.back() == '_')
-    out.pop_back();
-  return out;
+  names::QueueNameError err = names::QueueNameError::None;
+  const std::string queue = names::queue_name(name, &err);
+  if (err != names::QueueNameError::None)
+    return std::string();
+  return queue.substr(names::kGemPrefix.size());
 }
 
 } // namespace pgbs::auth

@@ -110,10 +110,9 @@ bool any_pattern_matches(const std::vector<std::string> &patterns, std::string_v
 // control characters.
 bool valid_subscriber_id(std::string_view id, std::string *why);
 
-// The pgbus gem's queue-name normalisation of a logical stream name
-// ("ai_chat_3a4f:messages" -> "ai_chat_3a4f_messages"): kept as is when it is
-// only [A-Za-z0-9_], else "-", "." and ":" become "_", other characters are
-// dropped, runs of "_" collapse and leading/trailing "_" go.
+// The stream auto_attach makes of the pgbus gem's queue for a logical stream
+// name: names::queue_name() without its prefix ("ai_chat_3a4f:messages" ->
+// "ai_chat_3a4f_messages"); "" when the gem would refuse the name.
 std::string gem_stream_name(std::string_view name);
 
 } // namespace pgbs::auth

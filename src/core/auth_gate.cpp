@@ -46,9 +46,7 @@ int Gate::authenticate(std::string_view signed_name, std::string_view bearer_or_
     return 0;
   Claims c;
   if (!verify_jwt(token, jwt_secret_, now_s, &c, reason)) {
-    if (!from_cookie)
-      return 401;
-    id->cookie_fault = "token cookie: " + *reason;
+    id->fault = (from_cookie ? "token cookie: " : "") + *reason;
     return 0;
   }
   id->present = true;
@@ -65,7 +63,7 @@ int Gate::authorize(const Identity &id, std::string_view name, bool known, bool 
   if (known && is_public)
     return 0;
   if (!id.present) {
-    *reason = id.cookie_fault.empty() ? "credential required" : id.cookie_fault;
+    *reason = id.fault.empty() ? "credential required" : id.fault;
     return 401;
   }
   const bool covered = !id.signed_name.empty()
@@ -99,7 +97,7 @@ int Gate::authorize_subscriber(const Identity &id, std::string_view subscriber, 
   if (!any_private)
     return 0;
   if (!id.present) {
-    *reason = id.cookie_fault.empty() ? "credential required" : id.cookie_fault;
+    *reason = id.fault.empty() ? "credential required" : id.fault;
     return 401;
   }
   *reason = "credential names no subscriber (sub claim)";

@@ -4,10 +4,11 @@
 //
 // Rules (README, "Access control"):
 //  * A public stream needs no credential; a private one needs a credential
-//    that covers it. A credential the request presents (signed name, Bearer,
-//    ?token=) must be valid, whatever the stream; the cookie, which browsers
-//    send unasked, counts as absent when it is not (an expired cookie must not
-//    break a public stream), and its fault is the reason a private stream gives.
+//    that covers it. A JWT that does not verify (Bearer, ?token= or cookie)
+//    counts as absent: a public stream ignores it (an expired cookie, which
+//    browsers send unasked, must not break one) and a private one is refused
+//    with its fault as the reason. A signed name that does not verify names
+//    no stream: 401.
 //  * Without a valid credential an unknown stream is refused like a private
 //    one (401), and with one that does not cover it like a covered private one
 //    is not (403): a refusal never tells whether a stream exists.
@@ -36,8 +37,8 @@ struct Identity {
   std::string signed_name;         // signed route: the name it carries
   std::vector<std::string> grants; // JWT: names or patterns
   std::optional<std::string> sub;
-  std::string ctx;          // JSON object text or ""
-  std::string cookie_fault; // why the token cookie was not taken ("" if it was, or none)
+  std::string ctx;   // JSON object text or ""
+  std::string fault; // why a JWT given was not taken ("" if it was, or none was given)
 };
 
 class Gate {
@@ -49,7 +50,8 @@ public:
   // Verifies the credential of a request: the signed name of the route if
   // any, else the first of bearer_or_query and cookie that is not empty.
   // Returns 0 (with *id filled; id->present false when none was given, or
-  // when the cookie was not valid) or 401 with a reason.
+  // when the JWT did not verify: id->fault says why) or 401 with a reason
+  // (a signed name that does not verify).
   int authenticate(std::string_view signed_name, std::string_view bearer_or_query,
                    std::string_view cookie, int64_t now_s, Identity *id, std::string *reason) const;
 

@@ -154,6 +154,8 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
 
 namespace pgbs {
 std::string OutQueue::last_written_id() const {
+  if (head_offset_ > 0 && !frames_[0].control)
+    return frame_id(frames_[0].head, frames_[0].body.get());
   return frame_id(last_written_.head, last_written_.body.get());
 }
 

@@ -75,9 +75,11 @@ public:
   uint64_t frames_written() const { return written_; } // frames fully copied out
   void set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy);
 
-  // The SSE id of the last data frame fully copied out, and of the newest
-  // data frame still queued ("" when there is none, or it has no id line):
-  // where a client told of dropped frames resumes from.
+  // The SSE id of the last data frame copied out (a frame partly copied out
+  // counts: it stays first and is always completed, so the client gets all
+  // of it), and of the newest data frame still queued ("" when there is
+  // none, or it has no id line): where a client told of dropped frames
+  // resumes from.
   std::string last_written_id() const;
   std::string newest_queued_id() const;
 

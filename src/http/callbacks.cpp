@@ -53,12 +53,6 @@ std::string format_addr(const sockaddr *sa) {
   return "?";
 }
 
-// "127.x.y.z:port" or "[::1]:port" (as format_addr writes them).
-bool is_loopback(const std::string &addr) {
-  return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 6, "[::1]") == 0 ||
-         addr.compare(0, 12, "[::ffff:127.") == 0;
-}
-
 std::string header(MHD_Connection *mc, const char *name) {
   const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, name);
   return v ? std::string(trim(v)) : std::string();
@@ -215,6 +209,9 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
     if (ci->header_size > c->raw_uri.size() + cfg.max_header_bytes)
       return answer(c, mc, 431, "request headers too large\n", kTextPlain, {});
   }
+  // RFC 9112 3.2: an HTTP/1.1 request without a Host header is answered 400.
+  if (!c->http10 && !MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+    return answer(c, mc, 400, "missing Host header\n", kTextPlain, {});
 
   Target t;
   std::string reason;
@@ -274,9 +271,11 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
   if (stopping)
     return answer(c, mc, 503, "server shutting down\n", kTextPlain,
                   {{"Retry-After", retry_after(cfg)}});
-  if (conns.size() >= static_cast<size_t>(cfg.max_connections > 0 ? cfg.max_connections : 0))
+  // The answer closes the connection: a held keep-alive would keep the socket
+  // that the next client needs.
+  if (conns.size() >= sse_capacity(cfg))
     return answer(c, mc, 503, "too many connections\n", kTextPlain,
-                  {{"Retry-After", retry_after(cfg)}});
+                  {{"Retry-After", retry_after(cfg)}, {"Connection", "close"}});
   c->kind = Kind::Sse;
   return MHD_YES;
 }

@@ -263,4 +263,9 @@ bool origin_listed(std::string_view cors_origins, std::string_view origin) {
   return origin_in(cors_origins, origin, false);
 }
 
+bool is_loopback(std::string_view addr) {
+  return addr.compare(0, 4, "127.") == 0 || addr.compare(0, 5, "[::1]") == 0 ||
+         addr.compare(0, 12, "[::ffff:127.") == 0;
+}
+
 } // namespace pgbs::http

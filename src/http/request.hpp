@@ -69,4 +69,9 @@ bool origin_allowed(std::string_view cors_origins, std::string_view origin);
 // such origins may send credentials (cookies) along (Access-Control-Allow-Credentials).
 bool origin_listed(std::string_view cors_origins, std::string_view origin);
 
+// True when `addr`, a client address as the listener writes it ("a.b.c.d:port"
+// or "[v6]:port"), is on the loopback: 127.0.0.0/8, ::1, or 127.0.0.0/8
+// mapped into IPv6 (admin_loopback_only).
+bool is_loopback(std::string_view addr);
+
 } // namespace pgbs::http

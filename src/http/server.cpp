@@ -82,19 +82,24 @@ bool Server::Impl::start(const Config &c, std::string *err) {
     return false;
   }
   // MHD's own limit (its default is ~FD_SETSIZE even with epoll) is set above
-  // ours so that over-capacity SSE clients get a 503 rather than a reset, and
-  // plain requests (/healthz) still get through.
+  // ours (sse_capacity) so that over-capacity SSE clients get a 503 rather
+  // than a reset, and plain requests (/healthz) still get through. With
+  // MHD_USE_ITC, MHD at its limit stops accepting until a connection closes
+  // (those 503s close at once) instead of accepting and closing unanswered.
   const unsigned max_sse = static_cast<unsigned>(std::max(cfg.max_connections, 1));
-  const unsigned mhd_limit = max_sse + std::max(64u, max_sse / 4);
+  unsigned mhd_limit = max_sse + std::max(64u, max_sse / 4);
+  if (cfg.max_sockets > 0) // each daemon (listening address) gets its share
+    mhd_limit =
+        std::max(1u, static_cast<unsigned>(cfg.max_sockets) / static_cast<unsigned>(fds.size()));
   for (size_t i = 0; i < fds.size(); ++i) {
     MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
-        &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this, MHD_OPTION_LISTEN_SOCKET,
-        fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        cfg.connection_memory_limit, MHD_OPTION_CONNECTION_TIMEOUT,
-        static_cast<unsigned>(std::max(cfg.request_timeout_s, 1)), MHD_OPTION_NOTIFY_COMPLETED,
-        &completed_cb, this, MHD_OPTION_NOTIFY_CONNECTION, &connection_cb, this,
-        MHD_OPTION_URI_LOG_CALLBACK, &uri_cb, this, MHD_OPTION_END);
+        MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr,
+        nullptr, &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this,
+        MHD_OPTION_LISTEN_SOCKET, fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg.connection_memory_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(std::max(cfg.request_timeout_s, 1)),
+        MHD_OPTION_NOTIFY_COMPLETED, &completed_cb, this, MHD_OPTION_NOTIFY_CONNECTION,
+        &connection_cb, this, MHD_OPTION_URI_LOG_CALLBACK, &uri_cb, this, MHD_OPTION_END);
     const MHD_DaemonInfo *info = d ? MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD) : nullptr;
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -140,7 +145,9 @@ void Server::Impl::shutdown(int drain_ms) {
       ::close(s);
   }
   std::string frame;
-  sse::append_event(frame, "", "pgbus:shutdown", "{}");
+  // No id: line: the pgbus gem's "id: 0" reset the browser's Last-Event-ID,
+  // and the reconnect replayed everything. The reason is the gem's.
+  sse::append_event(frame, "", "pgbus:shutdown", R"({"reason":"worker_restart"})");
   for (auto &[id, c] : conns) {
     if (c->phase == Phase::Pending) {
       c->phase = Phase::Rejecting;
@@ -591,6 +598,16 @@ bool Server::start(const Config &cfg, std::string *err) {
   return impl_->start(cfg, err);
 }
 
+size_t sse_capacity(const Config &cfg) {
+  const size_t wanted = static_cast<size_t>(std::max(cfg.max_connections, 0));
+  if (cfg.max_sockets <= 0)
+    return wanted;
+  // Kept for answering: an eighth of the sockets, at least 4, at most 256.
+  const size_t sockets = static_cast<size_t>(cfg.max_sockets);
+  const size_t spare = std::clamp<size_t>(sockets / 8, 4, 256);
+  return std::min(wanted, sockets > spare ? sockets - spare : 0);
+}
+
 void Server::reconfigure(const Config &c) {
   Impl &m = *impl_;
   const Config old = m.cfg;
@@ -600,6 +617,7 @@ void Server::reconfigure(const Config &c) {
   m.cfg.port = old.port;
   m.cfg.reuse_port = old.reuse_port;
   m.cfg.connection_memory_limit = old.connection_memory_limit;
+  m.cfg.max_sockets = old.max_sockets;
   for (auto &[id, conn] : m.conns)
     conn->queue.set_limits(c.queue_max_events, c.queue_max_bytes, c.overflow_policy);
   const int64_t now = mono_ms();

@@ -57,7 +57,16 @@ struct Config {
   // it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per
   // idle stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
   size_t connection_memory_limit = 16 * 1024;
+  // Sockets the listener may hold in all, from the open-files limit left to
+  // it (0 = unknown: derived from max_connections). A part of it is kept for
+  // answering what cannot be held (503 + Retry-After) and for plain requests,
+  // so a client is never left waiting in the kernel's accept queue. Fixed at
+  // start(); max_connections above what it allows is capped by it.
+  int max_sockets = 0;
 };
+
+// SSE connections a listener with this configuration holds at most.
+size_t sse_capacity(const Config &cfg);
 
 // An SSE request waiting for the worker's decision. Its connection is
 // suspended until open() or reject() is called for conn_id.

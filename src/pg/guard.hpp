@@ -24,58 +24,70 @@ extern "C" {
 
 namespace pgbs::pg {
 
-// A PostgreSQL error caught by pg::call(): the copied ErrorData travels with it
-// so that pg::entry() can rethrow it with its SQLSTATE intact.
+// A PostgreSQL error caught by pg::call(). What it says is copied into the
+// exception itself: the ErrorData was palloc'd in whatever context was
+// current, which unwinding may delete (a SpiTx aborting its transaction), and
+// outside a transaction nothing would ever free it. pg::entry() raises it
+// again with its SQLSTATE, detail and hint.
 class Error : public std::exception {
 public:
-  explicit Error(ErrorData *edata) : edata_(edata) {}
-  const char *what() const noexcept override {
-    return edata_ && edata_->message ? edata_->message : "postgres error";
-  }
-  ErrorData *data() const { return edata_; }
+  explicit Error(const ErrorData *e)
+      : sqlerrcode_(e->sqlerrcode), message_(e->message ? e->message : "postgres error"),
+        detail_(e->detail ? e->detail : ""), hint_(e->hint ? e->hint : "") {}
+  const char *what() const noexcept override { return message_.c_str(); }
+  int sqlerrcode() const { return sqlerrcode_; }
+  const std::string &detail() const { return detail_; }
+  const std::string &hint() const { return hint_; }
 
 private:
-  ErrorData *edata_;
+  int sqlerrcode_;
+  std::string message_, detail_, hint_;
 };
+
+// Copies the error being handled into an Error and forgets it in
+// PostgreSQL (its ErrorData copy is freed at once).
+Error take_error(MemoryContext cxt);
 
 template <typename F> void call(F &&fn) {
   MemoryContext oldcxt = CurrentMemoryContext;
-  ErrorData *volatile edata = nullptr;
+  volatile bool failed = false;
   PG_TRY();
-  {
-    fn();
-  }
+  { fn(); }
   PG_CATCH();
-  {
-    MemoryContextSwitchTo(oldcxt);
-    edata = CopyErrorData();
-    FlushErrorState();
-  }
+  { failed = true; }
   PG_END_TRY();
-  if (edata != nullptr)
-    throw Error(edata);
+  if (failed)
+    throw take_error(oldcxt);
 }
 
 // Runs a C++ body called from PostgreSQL. Returns its value; any exception
 // becomes ereport(ERROR) after all C++ frames are gone.
+// Runs a C++ body called from PostgreSQL. Returns its value; any exception
+// becomes ereport(ERROR) after all C++ frames are gone (the texts travel in
+// fixed buffers, so nothing with a destructor is skipped by the longjmp).
 template <typename F> Datum entry(F &&fn) {
-  ErrorData *pg_error = nullptr;
-  char message[512];
-  message[0] = '\0';
+  int code = 0;
+  char message[1024], detail[1024], hint[512];
+  message[0] = detail[0] = hint[0] = '\0';
   Datum result = (Datum)0;
   try {
     result = fn();
   } catch (const Error &e) {
-    pg_error = e.data();
-  } catch (const std::exception &e) {
+    code = e.sqlerrcode();
     strlcpy(message, e.what(), sizeof(message));
+    strlcpy(detail, e.detail().c_str(), sizeof(detail));
+    strlcpy(hint, e.hint().c_str(), sizeof(hint));
+  } catch (const std::exception &e) {
+    code = ERRCODE_INTERNAL_ERROR;
+    snprintf(message, sizeof(message), "pgbus_stream: %s", e.what());
   } catch (...) {
-    strlcpy(message, "unknown C++ exception", sizeof(message));
+    code = ERRCODE_INTERNAL_ERROR;
+    strlcpy(message, "pgbus_stream: unknown C++ exception", sizeof(message));
   }
-  if (pg_error != nullptr)
-    ReThrowError(pg_error);
-  if (message[0] != '\0')
-    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("pgbus_stream: %s", message)));
+  if (code != 0)
+    ereport(ERROR,
+            (errcode(code), errmsg_internal("%s", message),
+             detail[0] ? errdetail_internal("%s", detail) : 0, hint[0] ? errhint("%s", hint) : 0));
   return result;
 }
 

@@ -2,6 +2,7 @@
 #include "pg/spi.hpp"
 #include "pg/guard.hpp"
 
+#include <csignal>
 #include <stdexcept>
 
 extern "C" {
@@ -9,6 +10,7 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
@@ -16,7 +18,47 @@ extern "C" {
 
 namespace pgbs::pg {
 
+Error take_error(MemoryContext cxt) {
+  // Copied in a context that surely exists (the caller's may be gone, e.g. a
+  // failed commit deleted it) and freed below: nothing stays behind.
+  MemoryContextSwitchTo(TopMemoryContext);
+  ErrorData *edata = CopyErrorData();
+  FlushErrorState();
+  MemoryContextSwitchTo(cxt);
+  // Copying into std::string may throw (bad_alloc): free the ErrorData first
+  // in that case too.
+  struct Free {
+    ErrorData *e;
+    ~Free() { FreeErrorData(e); }
+  } guard{edata};
+  return Error(edata);
+}
+
+namespace {
+// A stop request cancels only a query of ours: set while a SpiTx is open, so
+// that no cancel is left pending where a longjmp would cross C++ frames.
+volatile sig_atomic_t in_query = 0, cancel_sent = 0;
+
+void query_done() {
+  in_query = 0;
+  if (cancel_sent) {
+    cancel_sent = 0;
+    QueryCancelPending = false;
+  }
+}
+} // namespace
+
+void cancel_query_from_signal() {
+  if (in_query) {
+    cancel_sent = 1;
+    QueryCancelPending = true;
+    InterruptPending = true;
+  }
+}
+
 SpiTx::SpiTx() {
+  outer_ = CurrentMemoryContext;
+  in_query = 1;
   call([] {
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
@@ -28,24 +70,29 @@ SpiTx::SpiTx() {
 }
 
 SpiTx::~SpiTx() {
-  if (!open_)
+  if (!open_) {
+    query_done();
     return;
+  }
   // Abort without letting an error escape a destructor.
   MemoryContext oldcxt = CurrentMemoryContext;
   PG_TRY();
-  {
-    AbortCurrentTransaction();
-  }
+  { AbortCurrentTransaction(); }
   PG_CATCH();
   {
     MemoryContextSwitchTo(oldcxt);
     FlushErrorState();
   }
   PG_END_TRY();
+  MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // abort leaves TopMemoryContext
+  query_done();
 }
 
 void SpiTx::commit() {
   open_ = false;
+  // SPI_finish and the commit delete the context SPI made current; an error
+  // is taken back to the caller's.
+  MemoryContextSwitchTo(static_cast<MemoryContext>(outer_));
   try {
     call([] {
       SPI_finish();
@@ -56,6 +103,7 @@ void SpiTx::commit() {
     open_ = true; // let the destructor abort
     throw;
   }
+  MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // the commit leaves TopMemoryContext
 }
 
 Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool read_only) {
@@ -90,8 +138,8 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
         Datum *elems = (Datum *)palloc(sizeof(Datum) * (a.ids.size() + 1));
         for (size_t k = 0; k < a.ids.size(); k++)
           elems[k] = Int64GetDatum(a.ids[k]);
-        values[i] = PointerGetDatum(
-            construct_array(elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+        values[i] = PointerGetDatum(construct_array(
+            elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
       }
     }
     int rc = SPI_execute_with_args(sqltext, nargs, types, values, nulls, read_only, 0);
@@ -104,7 +152,8 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
     raw.cells = (char **)palloc0(sizeof(char *) * (raw.nrows * raw.ncols + 1));
     for (uint64 r = 0; r < raw.nrows; r++)
       for (int c = 0; c < raw.ncols; c++)
-        raw.cells[r * raw.ncols + c] = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
+        raw.cells[r * raw.ncols + c] =
+            SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
   });
   Table t;
   t.ncols = raw.ncols;
@@ -118,7 +167,17 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
   return t;
 }
 
-void warn(const std::string &msg) { ereport(WARNING, (errmsg("pgbus_stream: %s", msg.c_str()))); }
-void log(const std::string &msg) { ereport(LOG, (errmsg("pgbus_stream: %s", msg.c_str()))); }
+// ereport below ERROR checks for interrupts when done: held off here, so a
+// pending cancel or termination is never acted on from a C++ frame.
+void warn(const std::string &msg) {
+  HOLD_INTERRUPTS();
+  ereport(WARNING, (errmsg("pgbus_stream: %s", msg.c_str())));
+  RESUME_INTERRUPTS();
+}
+void log(const std::string &msg) {
+  HOLD_INTERRUPTS();
+  ereport(LOG, (errmsg("pgbus_stream: %s", msg.c_str())));
+  RESUME_INTERRUPTS();
+}
 
 } // namespace pgbs::pg

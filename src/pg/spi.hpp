@@ -15,7 +15,9 @@ struct Table {
   int ncols = 0;
   std::vector<std::optional<std::string>> cells; // row-major
   size_t rows() const { return ncols ? cells.size() / (size_t)ncols : 0; }
-  const std::optional<std::string> &at(size_t row, int col) const { return cells[row * ncols + col]; }
+  const std::optional<std::string> &at(size_t row, int col) const {
+    return cells[row * ncols + col];
+  }
 };
 
 // One query argument: a bigint, a bigint[] or a text.
@@ -24,9 +26,21 @@ struct Arg {
   int64_t i = 0;
   std::vector<int64_t> ids;
   std::string text;
-  static Arg int8(int64_t v) { Arg a{Int8}; a.i = v; return a; }
-  static Arg int8_array(std::vector<int64_t> v) { Arg a{Int8Array}; a.ids = std::move(v); return a; }
-  static Arg txt(std::string v) { Arg a{Text}; a.text = std::move(v); return a; }
+  static Arg int8(int64_t v) {
+    Arg a{Int8};
+    a.i = v;
+    return a;
+  }
+  static Arg int8_array(std::vector<int64_t> v) {
+    Arg a{Int8Array};
+    a.ids = std::move(v);
+    return a;
+  }
+  static Arg txt(std::string v) {
+    Arg a{Text};
+    a.text = std::move(v);
+    return a;
+  }
 };
 
 class SpiTx {
@@ -40,7 +54,13 @@ public:
 
 private:
   bool open_ = false;
+  void *outer_ =
+      nullptr; // MemoryContext current before the transaction (no PostgreSQL header here)
 };
+
+// For a SIGTERM handler: cancels the query of the open SpiTx, if any (it then
+// fails with pg::Error); does nothing between transactions.
+void cancel_query_from_signal();
 
 // Logs at WARNING without throwing (safe anywhere on the main thread).
 void warn(const std::string &msg);

@@ -9,6 +9,7 @@ extern "C" {
 #include "storage/shmem.h"
 #include "access/twophase.h"
 #include "datatype/timestamp.h"
+#include "utils/hsearch.h"
 #include "utils/timestamp.h"
 }
 // clang-format on
@@ -19,11 +20,35 @@ namespace pgbs::shmem {
 
 static Shared *g_shared = nullptr;
 
+// The stream index: (database, stream id) -> position in Shared::streams.
+// Readers hold streams_lock shared, writers exclusive. The key is compared
+// as bytes, so its padding is zeroed.
+struct StreamKey {
+  Oid dboid;
+  uint32 pad;
+  int64 stream_id;
+};
+struct IndexEntry {
+  StreamKey key;
+  int32 pos;
+};
+static HTAB *g_index = nullptr;
+
+// Named LWLocks: ring, streams, diagnostics, then one per worker (connections()).
+constexpr int kLockRing = 0, kLockStreams = 1, kLockDiagnostics = 2, kLockWorkerConns = 3;
+
 static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
 
-// connections() rows per worker: its share of max_connections at start.
+// connections() rows per worker: its share of max_connections when the
+// server started. max_connections can be reloaded, and the size of shared
+// memory must not move with it: a crash restart re-creates shared memory in
+// the space requested at start, so the figure is taken once, in the
+// postmaster's shmem_request (its children inherit it).
+static int g_conns_per_worker = 0;
 static int conns_per_worker() {
-  return (guc::max_connections + guc::workers - 1) / guc::workers + 16;
+  if (g_conns_per_worker == 0)
+    g_conns_per_worker = (guc::max_connections + guc::workers - 1) / guc::workers + 16;
+  return g_conns_per_worker;
 }
 
 static void init_stream_stats(StreamStats *st) {
@@ -45,6 +70,7 @@ static Size ring_bytes() { return (Size)guc::ring_size_kb * 1024; }
 Size shmem_size() {
   Size sz = MAXALIGN(sizeof(Shared));
   sz = add_size(sz, MAXALIGN(mul_size(guc::max_streams, sizeof(StreamEntry))));
+  sz = add_size(sz, hash_estimate_size(guc::max_streams, sizeof(IndexEntry)));
   sz = add_size(sz, MAXALIGN(mul_size(slot_count(), sizeof(BackendSlot))));
   sz = add_size(sz, MAXALIGN(mul_size((slot_count() + 63) / 64, sizeof(pg_atomic_uint64))));
   sz = add_size(
@@ -56,7 +82,7 @@ Size shmem_size() {
 
 void shmem_request() {
   RequestAddinShmemSpace(shmem_size());
-  RequestNamedLWLockTranche("pgbus_stream", 2 + kMaxWorkers);
+  RequestNamedLWLockTranche("pgbus_stream", kLockWorkerConns + kMaxWorkers);
 }
 
 void shmem_startup() {
@@ -68,8 +94,8 @@ void shmem_startup() {
   if (!found) {
     memset(s, 0, sizeof(Shared));
     LWLockPadded *locks = GetNamedLWLockTranche("pgbus_stream");
-    s->ring_lock = &locks[0].lock;
-    s->streams_lock = &locks[1].lock;
+    s->ring_lock = &locks[kLockRing].lock;
+    s->streams_lock = &locks[kLockStreams].lock;
     s->ring_capacity = ring_bytes();
     s->max_streams = guc::max_streams;
     s->nslots = slot_count();
@@ -101,7 +127,7 @@ void shmem_startup() {
   for (int w = 0; w < kMaxWorkers; w++) {
     WorkerConns *wc = &s->worker_conns[w];
     if (!found) {
-      wc->lock = &GetNamedLWLockTranche("pgbus_stream")[2 + w].lock;
+      wc->lock = &GetNamedLWLockTranche("pgbus_stream")[kLockWorkerConns + w].lock;
       wc->count = 0;
       wc->capacity = w < guc::workers ? conns_per_worker() : 0;
     }
@@ -110,7 +136,7 @@ void shmem_startup() {
   }
   p = (char *)MAXALIGN(p);
   if (!found) {
-    SpinLockInit(&s->diagnostics.mutex);
+    s->diagnostics.lock = &GetNamedLWLockTranche("pgbus_stream")[kLockDiagnostics].lock;
     s->diagnostics.next = 0;
     s->diagnostics.capacity = guc::diagnostics_size;
   }
@@ -124,6 +150,8 @@ void shmem_startup() {
       pg_atomic_init_u64(&s->streams[i].max_committed, 0);
       pg_atomic_init_u64(&s->streams[i].events, 0);
       pg_atomic_init_u32(&s->streams[i].subscriber_workers, 0);
+      pg_atomic_init_u32(&s->streams[i].backend_holds, 0);
+      pg_atomic_init_u32(&s->streams[i].worker_holds, 0);
       init_stream_stats(&s->streams[i].stats);
     }
     for (int i = 0; i < s->nslots; i++) {
@@ -133,63 +161,130 @@ void shmem_startup() {
       pg_atomic_init_u32(&s->slots[i].wildcard, 0);
     }
   }
+  HASHCTL info;
+  memset(&info, 0, sizeof(info));
+  info.keysize = sizeof(StreamKey);
+  info.entrysize = sizeof(IndexEntry);
+  g_index = ShmemInitHash("pgbus_stream streams", s->max_streams, s->max_streams, &info,
+                          HASH_ELEM | HASH_BLOBS);
   LWLockRelease(AddinShmemInitLock);
 }
 
 Shared *shared() { return g_shared; }
 
-static uint32 stream_hash(Oid dboid, int64 id) {
-  uint64 h = ((uint64)dboid * 0x9E3779B97F4A7C15ULL) ^ ((uint64)id * 0xC2B2AE3D27D4EB4FULL);
-  return (uint32)(h ^ (h >> 29));
+static StreamKey key_of(Oid dboid, int64 stream_id) {
+  StreamKey k;
+  memset(&k, 0, sizeof(k));
+  k.dboid = dboid;
+  k.stream_id = stream_id;
+  return k;
 }
 
-static StreamEntry *probe(Oid dboid, int64 stream_id, StreamEntry **free_out) {
+static bool held(StreamEntry *e) {
+  return pg_atomic_read_u32(&e->backend_holds) != 0 || pg_atomic_read_u32(&e->worker_holds) != 0;
+}
+
+static void hold(StreamEntry *e, int holder) {
+  if (holder == kBackend)
+    pg_atomic_fetch_add_u32(&e->backend_holds, 1);
+  else
+    pg_atomic_fetch_or_u32(&e->worker_holds, 1u << holder);
+}
+
+// The entry of key under streams_lock (either mode), or nullptr.
+static StreamEntry *find_locked(const StreamKey &k) {
+  IndexEntry *ie = (IndexEntry *)hash_search(g_index, &k, HASH_FIND, nullptr);
+  return ie ? &g_shared->streams[ie->pos] : nullptr;
+}
+
+// A place for a new entry, under streams_lock exclusive: a never-used one,
+// else the next unheld one after the sweep hand (its old key leaves the
+// index), else nullptr. Holds only change under the shared lock or by
+// release, so an entry seen unheld here stays unheld.
+static StreamEntry *free_place() {
   Shared *s = g_shared;
-  uint32 n = (uint32)s->max_streams;
-  uint32 start = stream_hash(dboid, stream_id) % n;
-  for (uint32 k = 0; k < n; k++) {
-    StreamEntry *e = &s->streams[(start + k) % n];
-    if (e->stream_id == 0) {
-      if (free_out)
-        *free_out = e;
-      return nullptr; // entries are never freed, so an empty one ends the chain
-    }
-    if (e->stream_id == stream_id && e->dboid == dboid)
-      return e;
+  if (s->streams_used < s->max_streams)
+    return &s->streams[s->streams_used++];
+  for (int k = 0; k < s->max_streams; k++) {
+    const int pos = s->sweep_hand;
+    s->sweep_hand = (s->sweep_hand + 1) % s->max_streams;
+    StreamEntry *e = &s->streams[pos];
+    if (held(e))
+      continue;
+    StreamKey old = key_of(e->dboid, e->stream_id);
+    (void)hash_search(g_index, &old, HASH_REMOVE, nullptr);
+    return e;
   }
-  if (free_out)
-    *free_out = nullptr;
   return nullptr;
 }
 
-StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create) {
+StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder) {
   Shared *s = g_shared;
+  const StreamKey k = key_of(dboid, stream_id);
   LWLockAcquire(s->streams_lock, LW_SHARED);
-  StreamEntry *e = probe(dboid, stream_id, nullptr);
+  StreamEntry *e = find_locked(k);
+  if (e)
+    hold(e, holder); // under the shared lock: no reuse can run meanwhile
   LWLockRelease(s->streams_lock);
-  if (e || !create)
+  if (e)
     return e;
-  StreamEntry *slot = nullptr;
   LWLockAcquire(s->streams_lock, LW_EXCLUSIVE);
-  e = probe(dboid, stream_id, &slot);
-  if (!e && slot) {
-    slot->dboid = dboid;
-    pg_atomic_write_u64(&slot->max_committed, 0);
-    pg_atomic_write_u64(&slot->events, 0);
-    pg_atomic_write_u32(&slot->subscriber_workers, 0);
-    init_stream_stats(&slot->stats);
-    pg_write_barrier();
-    slot->stream_id = stream_id;
-    e = slot;
+  e = find_locked(k);
+  if (!e && (e = free_place()) != nullptr) {
+    bool found;
+    // Cannot run out: the index never holds more than max_streams keys.
+    IndexEntry *ie = (IndexEntry *)hash_search(g_index, &k, HASH_ENTER_NULL, &found);
+    if (ie == nullptr) {
+      e->stream_id = 0; // left unused and out of the index
+      e = nullptr;
+    } else {
+      ie->pos = (int32)(e - s->streams);
+      e->dboid = dboid;
+      pg_atomic_write_u64(&e->max_committed, 0);
+      pg_atomic_write_u64(&e->events, 0);
+      pg_atomic_write_u32(&e->subscriber_workers, 0);
+      init_stream_stats(&e->stats);
+      pg_write_barrier();
+      e->stream_id = stream_id;
+    }
   }
+  if (e)
+    hold(e, holder);
   LWLockRelease(s->streams_lock);
   return e;
 }
 
+void release_stream(StreamEntry *e, int holder) {
+  if (e == nullptr)
+    return;
+  if (holder == kBackend)
+    pg_atomic_fetch_sub_u32(&e->backend_holds, 1);
+  else
+    pg_atomic_fetch_and_u32(&e->worker_holds, ~(1u << holder));
+}
+
+void raise_max_committed(Oid dboid, int64 stream_id, int64 id) {
+  const StreamKey k = key_of(dboid, stream_id);
+  LWLockAcquire(g_shared->streams_lock, LW_SHARED);
+  if (StreamEntry *e = find_locked(k))
+    advance_max_committed(e, id);
+  LWLockRelease(g_shared->streams_lock);
+}
+
+void forget_stream(Oid dboid, int64 stream_id) {
+  const StreamKey k = key_of(dboid, stream_id);
+  LWLockAcquire(g_shared->streams_lock, LW_SHARED);
+  if (StreamEntry *e = find_locked(k))
+    pg_atomic_write_u64(&e->max_committed, 0);
+  LWLockRelease(g_shared->streams_lock);
+}
+
 void clear_subscriber_bits(int w) {
   Shared *s = g_shared;
-  for (int i = 0; i < s->max_streams; i++)
+  for (int i = 0; i < s->max_streams; i++) {
     pg_atomic_fetch_and_u32(&s->streams[i].subscriber_workers, ~(1u << w));
+    pg_atomic_fetch_and_u32(&s->streams[i].worker_holds, ~(1u << w));
+  }
 }
 
 void advance_max_committed(StreamEntry *e, int64 id) {
@@ -220,10 +315,10 @@ void record_diagnostic(int worker, uint64 conn_id, const char *event, const char
   copy_field(e.event, sizeof(e.event), event);
   copy_field(e.stream, sizeof(e.stream), stream);
   copy_field(e.detail, sizeof(e.detail), detail);
-  SpinLockAcquire(&d->mutex);
+  LWLockAcquire(d->lock, LW_EXCLUSIVE);
   d->items[d->next % (uint64)d->capacity] = e;
   d->next++;
-  SpinLockRelease(&d->mutex);
+  LWLockRelease(d->lock);
 }
 
 void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us) {

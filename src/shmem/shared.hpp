@@ -43,14 +43,19 @@ struct StreamStats {
 
 // One stream known to shared memory, keyed by (database, catalog id). The
 // catalog id doubles as the stream's epoch: a re-created stream gets a new id.
+// Entries exist only while someone holds them (a producer's open transaction,
+// a worker that tracks the stream) and are reused afterwards: an unheld entry
+// keeps its figures until a new stream needs its place (see acquire_stream).
 struct StreamEntry {
   Oid dboid;
-  int64 stream_id;                // 0 = free
+  int64 stream_id;                // 0 = never used
   pg_atomic_uint64 max_committed; // highest msg_id whose commit reached the ring
   pg_atomic_uint64 events;        // committed events seen at commit (stats)
   // Bit w set while worker w has a connection on this stream: a committing
   // producer wakes only those workers (and any worker lagging in the ring).
   pg_atomic_uint32 subscriber_workers;
+  pg_atomic_uint32 backend_holds; // producer transactions holding the entry
+  pg_atomic_uint32 worker_holds;  // bit w: worker w holds the entry
   StreamStats stats;
 };
 
@@ -115,8 +120,8 @@ struct DiagEntry {
   char detail[128];
 };
 struct Diagnostics {
-  slock_t mutex; // guards a memcpy into one entry
-  uint64 next;   // entries ever written
+  LWLock *lock; // exclusive for writing one entry, shared for reading the ring
+  uint64 next;  // entries ever written
   int capacity;
   DiagEntry *items;
 };
@@ -125,13 +130,15 @@ void record_diagnostic(int worker, uint64 conn_id, const char *event, const char
 
 struct Shared {
   LWLock *ring_lock;    // appending to / copying from the ring
-  LWLock *streams_lock; // creating StreamEntry rows
+  LWLock *streams_lock; // the stream index: shared to hold an entry, exclusive to create one
   uint64 ring_capacity;
   pg_atomic_uint64 ring_head;   // total bytes ever appended (monotonic)
   pg_atomic_uint64 overrun_seq; // bumped when a transaction's events were not put in the ring
   pg_atomic_uint64 catalog_version;
   pg_atomic_uint64 ring_overflows; // producers that fell back to overrun (stats)
   int max_streams;
+  int streams_used; // entries handed out at least once (the rest were never used)
+  int sweep_hand;   // next entry the reuse sweep looks at
   int nslots;
   Latch *worker_latch[kMaxWorkers];
   pg_atomic_uint64 worker_ring_pos[kMaxWorkers]; // how far each worker has read the ring
@@ -139,7 +146,7 @@ struct Shared {
   WorkerStats worker_stats[kMaxWorkers];
   WorkerConns worker_conns[kMaxWorkers];
   Diagnostics diagnostics;
-  StreamEntry *streams; // max_streams entries, open addressing
+  StreamEntry *streams; // max_streams entries; found through the index (shared.cpp)
   BackendSlot *slots;   // one per PGPROC
   // Bit i set while slot i may hold entries: set before a transaction's first
   // entry is published, cleared after its entries are withdrawn. Readers visit
@@ -171,12 +178,26 @@ void shmem_request();
 void shmem_startup();
 Shared *shared();
 
-// Finds or creates the entry for (dboid, stream_id); nullptr when full.
-StreamEntry *stream_entry(Oid dboid, int64 stream_id, bool create);
+// Holding stream entries. A holder is a worker (its index; holding is one
+// bit, so holding twice needs one release) or kBackend (a producer
+// transaction; counted). A held entry is never reused, so the pointer stays
+// valid until released; an unheld one may belong to another stream at any
+// time. Never call these under a spinlock (they take the index LWLock).
+constexpr int kBackend = -1;
+// Holds the entry of (dboid, stream_id), creating it if needed (a new entry
+// starts with max_committed 0). nullptr when every entry is held.
+StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder);
+void release_stream(StreamEntry *e, int holder);
+// Raises the committed maximum of an existing entry (no entry: nothing to do).
+void raise_max_committed(Oid dboid, int64 stream_id, int64 id);
+// A stream id that is new in the catalog starts from nothing, whatever an
+// older incarnation of the extension left in shared memory under that id.
+void forget_stream(Oid dboid, int64 stream_id);
+// Worker start: drops worker w's holds and subscriber bits left by a
+// previous process in its slot.
+void clear_subscriber_bits(int w);
 
 // Raises entry->max_committed to at least id.
-// Clears worker w's bit in every stream's subscriber_workers (worker start).
-void clear_subscriber_bits(int w);
 void advance_max_committed(StreamEntry *e, int64 id);
 
 } // namespace pgbs::shmem

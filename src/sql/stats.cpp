@@ -143,10 +143,12 @@ extern "C" Datum pgbus_stream_diagnostics(PG_FUNCTION_ARGS) {
     return (Datum)0;
   pgbs::shmem::DiagEntry *copy =
       (pgbs::shmem::DiagEntry *)palloc(sizeof(pgbs::shmem::DiagEntry) * d->capacity);
-  SpinLockAcquire(&d->mutex);
+  // Writers take the lock exclusively for one entry; a reader copying the
+  // whole ring shares it with other readers.
+  LWLockAcquire(d->lock, LW_SHARED);
   uint64 next = d->next;
   memcpy(copy, d->items, sizeof(pgbs::shmem::DiagEntry) * d->capacity);
-  SpinLockRelease(&d->mutex);
+  LWLockRelease(d->lock);
   uint64 cap = (uint64)d->capacity;
   uint64 first = next > cap ? next - cap : 0;
   for (uint64 i = first; i < next; i++) {

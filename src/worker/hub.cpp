@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <unordered_set>
 
 extern "C" {
@@ -64,10 +65,13 @@ Hub::~Hub() {
     ids.push_back(id);
   for (uint64_t id : ids)
     closed(id);
+  for (auto &[id, st] : streams_)
+    shmem::release_stream(st->entry, worker_index_);
 }
 
 bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
-                            std::vector<std::pair<int64_t, int64_t>> *maxima) {
+                            std::vector<std::pair<int64_t, int64_t>> *maxima,
+                            const std::string &where, const std::vector<pg::Arg> &args) {
   pg::SpiTx tx;
   pg::Table ext = tx.query("SELECT 1 FROM pg_extension WHERE extname = 'pgbus_stream'");
   if (ext.rows() == 0) {
@@ -85,11 +89,25 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
       "NOT NULL "
       "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
       "s.archive_table) "
-      "                   ELSE '0' END) "
+      "                   ELSE '0' END), "
+      // retention_set through to_jsonb: a 0.1.0 catalog (library updated, ALTER
+      // EXTENSION not run yet) has no such column and must still be served.
+      "       NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true) "
+      "       AND s.retention IS NULL AND s.retention_max IS NULL "
       "FROM pgbus_stream.streams s "
-      "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL ORDER BY "
-      "s.id");
+      "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL " +
+          (where.empty() ? std::string() : " AND (" + where + ")") + " ORDER BY s.id",
+      args);
+  tx.commit();
+  // Each maximum locks its tables until commit: commit every few hundred
+  // streams so that a database with many queues stays within the lock table.
+  std::unique_ptr<pg::SpiTx> mtx;
   for (size_t r = 0; r < t.rows(); r++) {
+    if (r % 200 == 0) {
+      if (mtx)
+        mtx->commit();
+      mtx = std::make_unique<pg::SpiTx>();
+    }
     StreamInfo si;
     si.id = to_i64(t.at(r, 0));
     si.name = t.at(r, 1).value_or("");
@@ -97,32 +115,54 @@ bool Hub::load_catalog_rows(std::vector<StreamInfo> *out,
     si.rows_sql = t.at(r, 3).value_or("");
     si.retention_floor = to_i64(t.at(r, 4));
     si.has_retention = t.at(r, 5).value_or("f") == "t";
-    pg::Table m = tx.query(t.at(r, 6).value_or("SELECT 0"));
+    si.default_retention = t.at(r, 7).value_or("f") == "t";
+    pg::Table m = mtx->query(t.at(r, 6).value_or("SELECT 0"));
     maxima->emplace_back(si.id, m.rows() ? to_i64(m.at(0, 0)) : 0);
     out->push_back(std::move(si));
   }
-  tx.commit();
+  if (mtx)
+    mtx->commit();
   return true;
 }
 
 void Hub::reload_catalog() {
-  catalog_reloaded_ = true; // StreamState pointers held by cycle() may be gone
   catalog_version_ = reader_.catalog_version();
+  std::unordered_set<int64_t> present;
+  load_streams("", {}, &present);
+  std::vector<int64_t> gone;
+  for (auto &[id, st] : streams_)
+    if (!present.count(id))
+      gone.push_back(id);
+  for (int64_t id : gone)
+    drop_stream_state(id, "stream dropped");
+}
+
+// Loads the catalog rows matching `where` (a condition on s; none = all)
+// and adds or refreshes their streams; others stay as they are. Streams the
+// worker meets one at a time (a subscription, a commit) are loaded this way,
+// so that their number does not make every miss a full reload.
+void Hub::load_streams(const std::string &where, const std::vector<pg::Arg> &args,
+                       std::unordered_set<int64_t> *present) {
+  catalog_reloaded_ = true; // StreamState pointers held by cycle() may be gone
   std::vector<StreamInfo> infos;
   std::vector<std::pair<int64_t, int64_t>> maxima;
-  load_catalog_rows(&infos, &maxima);
+  load_catalog_rows(&infos, &maxima, where, args);
   for (auto &[id, max] : maxima)
-    raise_max_committed(dboid_, id, max);
-  std::unordered_set<int64_t> present;
+    shmem::raise_max_committed(dboid_, id, max);
   for (auto &si : infos) {
-    present.insert(si.id);
+    if (present)
+      present->insert(si.id);
     auto it = streams_.find(si.id);
     if (it != streams_.end()) {
       it->second->info = si;
       continue;
     }
     auto st = std::make_unique<StreamState>();
-    st->entry = shmem::stream_entry(dboid_, si.id, true);
+    st->entry = shmem::acquire_stream(dboid_, si.id, worker_index_);
+    if (st->entry)
+      for (auto &[id, max] : maxima)
+        if (id == si.id)
+          shmem::advance_max_committed(st->entry, max); // a new entry starts at 0
     st->pos.epoch = si.id;
     for (auto &[id, max] : maxima)
       if (id == si.id) {
@@ -134,12 +174,6 @@ void Hub::reload_catalog() {
     by_name_[st->info.name] = st->info.id;
     streams_[st->info.id] = std::move(st);
   }
-  std::vector<int64_t> gone;
-  for (auto &[id, st] : streams_)
-    if (!present.count(id))
-      gone.push_back(id);
-  for (int64_t id : gone)
-    drop_stream_state(id, "stream dropped");
 }
 
 void Hub::drop_stream_state(int64_t id, const char *reason) {
@@ -153,6 +187,8 @@ void Hub::drop_stream_state(int64_t id, const char *reason) {
   auto bn = by_name_.find(it->second->info.name);
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), it->second.get()), watched_.end());
+  shmem::release_stream(it->second->entry, worker_index_);
   streams_.erase(it);
 }
 
@@ -634,7 +670,7 @@ void Hub::cycle(bool full) {
       include(st);
   catalog_reloaded_ = false;
   HorizonBounds &bounds = cycle_bounds_;
-  read_horizon_bounds(dboid_, ids, &cycle_entries_, &bounds);
+  read_horizon_bounds(dboid_, worker_index_, ids, &cycle_entries_, &bounds);
   for (size_t k = 0; k < cycle_states_.size(); ++k) // found now if shared memory had no room before
     if (!cycle_states_[k]->entry)
       cycle_states_[k]->entry = cycle_entries_[k];
@@ -646,12 +682,12 @@ void Hub::cycle(bool full) {
     burst_no_++;
   if (!events.empty()) {
     // A stream created in the same transaction as its first rows may be newer than our catalog.
-    bool unknown = false;
+    std::vector<int64_t> unknown;
     for (const RingEvent &e : events)
       if (!streams_.count(e.stream_id))
-        unknown = true;
-    if (unknown)
-      reload_catalog();
+        unknown.push_back(e.stream_id);
+    if (!unknown.empty())
+      load_streams("s.id = ANY($1)", {pg::Arg::int8_array(std::move(unknown))});
     // Read the rows per stream in one query each, then dispatch in commit order.
     std::map<int64_t, std::vector<int64_t>> wanted;
     for (const RingEvent &e : events)
@@ -743,7 +779,7 @@ void Hub::subscribe(const http::Request &req) {
   for (const std::string &name : wanted) {
     StreamState *st = find_by_name(name);
     if (st == nullptr) {
-      reload_catalog();
+      load_streams("s.name = $1", {pg::Arg::txt(name)});
       st = find_by_name(name);
     }
     if (int status =
@@ -1019,7 +1055,7 @@ bool Hub::missed_ephemeral(const StreamState &st, const cursor::StreamPosition &
 void Hub::apply_retention() {
   const int batch = 1000;
   for (auto &[id, st] : streams_) {
-    if (!st->info.has_retention)
+    if (!st->info.has_retention && !(st->info.default_retention && guc::default_retention_s > 0))
       continue;
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       pg::SpiTx tx;

@@ -9,6 +9,7 @@
 #include "core/metrics.hpp"
 #include "core/outqueue.hpp"
 #include "http/server.hpp"
+#include "pg/spi.hpp"
 #include "shmem/shared.hpp" // after the PostgreSQL-free headers
 #include "worker/ring_reader.hpp"
 
@@ -19,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace pgbs::worker {
@@ -30,7 +32,8 @@ struct StreamInfo {
                         // ∪ archive> m
   bool is_public = true;
   bool has_retention = false;
-  int64_t retention_floor = 0; // highest msg_id removed by retention
+  bool default_retention = false; // never configured: pgbus_stream.default_retention applies
+  int64_t retention_floor = 0;    // highest msg_id removed by retention
 };
 
 struct Row {
@@ -141,7 +144,10 @@ private:
   };
 
   bool load_catalog_rows(std::vector<StreamInfo> *out,
-                         std::vector<std::pair<int64_t, int64_t>> *maxima);
+                         std::vector<std::pair<int64_t, int64_t>> *maxima, const std::string &where,
+                         const std::vector<pg::Arg> &args);
+  void load_streams(const std::string &where, const std::vector<pg::Arg> &args,
+                    std::unordered_set<int64_t> *present = nullptr);
   StreamState *find_by_name(const std::string &name);
   void dispatch(StreamState &st, const Row &row);
   void tail_add(StreamState &st, const Row &row, const std::shared_ptr<const std::string> &body);

@@ -82,16 +82,16 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
   return complete;
 }
 
-void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
+void read_horizon_bounds(uint32_t dboid, int holder, const std::vector<int64_t> &stream_ids,
                          std::vector<shmem::StreamEntry *> *entries, HorizonBounds *out) {
   shmem::Shared *s = shmem::shared();
   out->max_committed.clear();
   out->min_floor.clear();
   out->frozen = false;
   for (size_t k = 0; k < stream_ids.size(); ++k) {
-    shmem::StreamEntry *&e = (*entries)[k]; // the caller's; shared entries never move
+    shmem::StreamEntry *&e = (*entries)[k]; // held by the caller: not reused meanwhile
     if (e == nullptr)
-      e = shmem::stream_entry(dboid, stream_ids[k], true);
+      e = shmem::acquire_stream(dboid, stream_ids[k], holder);
     out->max_committed.emplace_back(stream_ids[k],
                                     e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0);
   }
@@ -134,12 +134,6 @@ void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
     }
   }
   pg_memory_barrier();
-}
-
-void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id) {
-  shmem::StreamEntry *e = shmem::stream_entry(dboid, stream_id, true);
-  if (e)
-    shmem::advance_max_committed(e, id);
 }
 
 } // namespace pgbs::worker

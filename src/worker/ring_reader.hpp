@@ -70,11 +70,8 @@ struct HorizonBounds {
 
 // Reads M for the given streams, then the producer slots. Call before drain()
 // (DESIGN §3.1 ordering). entries[k] is stream_ids[k]'s shared entry; a null
-// one is looked up (created) and stored back.
-void read_horizon_bounds(uint32_t dboid, const std::vector<int64_t> &stream_ids,
+// one is acquired for worker `holder` and stored back (the caller releases it).
+void read_horizon_bounds(uint32_t dboid, int holder, const std::vector<int64_t> &stream_ids,
                          std::vector<shmem::StreamEntry *> *entries, HorizonBounds *out);
-
-// Raises the stream's shared committed maximum (used at load with the table's max).
-void raise_max_committed(uint32_t dboid, int64_t stream_id, int64_t id);
 
 } // namespace pgbs::worker

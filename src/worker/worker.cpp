@@ -13,6 +13,8 @@
 #include "worker/hub.hpp"
 
 #include <csignal>
+#include <dirent.h>
+#include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h> // malloc_trim
 #endif
@@ -24,6 +26,7 @@ extern "C" {
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -42,9 +45,13 @@ namespace {
 volatile sig_atomic_t got_sigterm = 0;
 int worker_index = 0;
 
+// SIGTERM: the loop stops at its next turn. A query in progress (SPI) is
+// cancelled, so a stop is never held up by a statement waiting on a lock (a
+// prepared transaction's can last forever).
 void on_sigterm(SIGNAL_ARGS) {
   int save_errno = errno;
   got_sigterm = 1;
+  pg::cancel_query_from_signal();
   SetLatch(MyLatch);
   errno = save_errno;
 }
@@ -57,6 +64,94 @@ void detach_latch(int, Datum) {
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
   wc->count = 0;
   LWLockRelease(wc->lock);
+}
+
+// Open files: the soft limit is raised to the hard one (a service started by
+// systemd gets 1 024 soft), PostgreSQL keeps what fd.c counted on for its own
+// files (max_safe_fds, plus the few it keeps for system() and friends), and
+// the rest goes to sockets. When the limit is low, PostgreSQL's share is cut
+// to half of it (fd.c then closes its cached files sooner) so that the
+// listener still gets the other half. Computed once, at start.
+constexpr int kFdsForSystem = 10;   // fd.c's NUM_RESERVED_FDS
+constexpr int kFdsForListener = 16; // listening sockets, epoll and eventfd of each daemon
+int g_max_sockets = 0;
+
+int open_fd_count() {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == nullptr)
+    return 64; // a guess on the high side
+  int n = 0;
+  while (readdir(d) != nullptr)
+    n++;
+  closedir(d);
+  return n > 3 ? n - 3 : 0; // ".", ".." and the directory's own fd
+}
+
+void plan_file_limit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  const rlim_t soft_before = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+      rl = raised;
+  }
+  const long limit = (long)Min(rl.rlim_cur, (rlim_t)INT_MAX);
+  const long open_now = open_fd_count();
+  const long pg_share = Min((long)max_safe_fds, (limit - open_now) / 2);
+  if (pg_share < max_safe_fds)
+    max_safe_fds = (int)Max(pg_share, 1L);
+  g_max_sockets = (int)Max(limit - open_now - pg_share - kFdsForSystem - kFdsForListener, 1L);
+  const long share = (guc::max_connections + guc::workers - 1) / guc::workers;
+  const size_t holds = http::sse_capacity([&] {
+    http::Config c;
+    c.max_connections = (int)share;
+    c.max_sockets = g_max_sockets;
+    return c;
+  }());
+  if ((long)holds < share)
+    ereport(LOG, (errmsg("pgbus_stream: worker %d can hold %zu SSE connections of the %ld "
+                         "max_connections gives it: its open files limit is %ld",
+                         worker_index, holds, share, limit),
+                  errhint("Raise the open files limit of the PostgreSQL service and restart it: "
+                          "LimitNOFILE= in the [Service] section of its systemd unit "
+                          "(systemctl edit postgresql@15-main), or ulimit -n where it is started "
+                          "by hand. Clients beyond the limit get 503 with Retry-After.")));
+  else
+    ereport(LOG, (errmsg("pgbus_stream: worker %d open files limit %ld (soft limit was %ld): room "
+                         "for %zu SSE connections",
+                         worker_index, limit, (long)Min(soft_before, (rlim_t)LONG_MAX), holds)));
+}
+
+// The same warning every round (a table that stays broken, a database
+// without the extension) is logged once a minute with the count of repeats.
+void warn_repeated(const std::string &msg) {
+  static std::string last;
+  static int64 last_us = 0;
+  static long repeats = 0;
+  const int64 now = (int64)GetCurrentTimestamp();
+  if (msg == last && now - last_us < 60 * USECS_PER_SEC) {
+    repeats++;
+    return;
+  }
+  if (msg == last && repeats > 0)
+    pg::warn(msg + " (" + std::to_string(repeats) + " more in the last minute)");
+  else
+    pg::warn(msg);
+  last = msg;
+  last_us = now;
+  repeats = 0;
+}
+
+template <typename F> void guarded(F &&step) {
+  try {
+    step();
+  } catch (const pg::Error &e) {
+    if (!got_sigterm) // one cancelled by SIGTERM is no news
+      warn_repeated("worker error: " + std::string(e.what()));
+  }
 }
 
 http::Config http_config() {
@@ -85,6 +180,7 @@ http::Config http_config() {
   // workers and across restarts of one.
   c.conn_id_base =
       ((uint64_t)worker_index << 56) | (((uint64_t)GetCurrentTimestamp() & 0xFFFFFFu) << 32);
+  c.max_sockets = g_max_sockets;
   return c;
 }
 
@@ -178,10 +274,12 @@ metrics::Snapshot snapshot(const Hub &hub) {
 }
 
 // /healthz's answer: can this worker still run a query?
+// The probe reads the catalog the worker serves from, so /healthz also says
+// 503 when the extension's tables cannot be read (e.g. dropped).
 bool probe_database() {
   try {
     pg::SpiTx tx;
-    tx.query("SELECT 1");
+    tx.query("SELECT 1 FROM pgbus_stream.streams LIMIT 1");
     tx.commit();
     return true;
   } catch (const pg::Error &e) {
@@ -228,6 +326,8 @@ int run() {
   http::Server server;
   std::string err;
   const bool listening = guc::port != 0; // port 0: no listener (SQL-only test instances)
+  if (listening)
+    plan_file_limit();
   if (listening && !server.start(http_config(), &err)) {
     pg::warn("cannot listen on port " + std::to_string(guc::port) + ": " + err);
     return 1;
@@ -270,7 +370,8 @@ int run() {
   size_t last_snapshot_count = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
-  int64 last_probe_ms = 0;
+  // First probe after one interval: at startup the extension may still be on its way.
+  int64 last_probe_ms = (int64)(GetCurrentTimestamp() / 1000);
   int64 next_run_us = 0; // write pacing (see below)
   long defer_ms = -1;
   // Memory given back after connections go: once the number of connections
@@ -310,10 +411,12 @@ int run() {
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
       server.tick();
-      hub.cycle();
+      // A step that fails (one stream's table broken, say) must not keep the
+      // listener from running: each is caught on its own.
+      guarded([&] { hub.cycle(); });
       if (!listening)
         continue;
-      replays_pending = hub.continue_replays();
+      guarded([&] { replays_pending = hub.continue_replays(); });
       // Write pacing: a write round costs about one send per connection with
       // something queued. When a round took over a millisecond, the next one
       // waits as long as it took (at most half the time writing), so under
@@ -344,7 +447,14 @@ int run() {
         // Producers wake this worker for a newly watched stream from now on;
         // one more round drains what they committed before they could know.
         pg::call([] { SetLatch(MyLatch); });
-        hub.cycle(true); // bring every stream up to date before replays start
+        try {
+          hub.cycle(true); // bring every stream up to date before replays start
+        } catch (const pg::Error &e) {
+          // Taken requests are answered now, not left to their deadline.
+          for (const http::Request &r : pending)
+            server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
+          throw;
+        }
         for (const http::Request &r : pending) {
           try {
             hub.subscribe(r);
@@ -366,7 +476,7 @@ int run() {
         hub.flush_history();
         last_flush_ms = now_flush_ms;
       }
-      if (now_flush_ms - last_probe_ms >= 5000) {
+      if (now_flush_ms - last_probe_ms >= (database_ok ? 5000 : 1000)) { // recovers fast
         last_probe_ms = now_flush_ms;
         database_ok = probe_database();
       }
@@ -374,7 +484,8 @@ int run() {
           now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
-        hub.prune_history();
+        if (guc::stats_enabled) // no history kept, none to prune
+          hub.prune_history();
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
@@ -396,11 +507,19 @@ int run() {
         trim_pending = false;
       }
     } catch (const pg::Error &e) {
-      // A failed read (e.g. a queue table dropped under us) must not kill the worker.
-      pg::warn(std::string("worker error: ") + e.what());
+      // A failed read (e.g. a queue table dropped under us) must not kill the
+      // worker. One cancelled by SIGTERM is no news.
+      if (!got_sigterm)
+        warn_repeated("worker error: " + std::string(e.what()));
     }
   }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
+  // The last cursor flush is bounded: a lock wait gives up after a second
+  // rather than holding up the stop.
+  try {
+    pg::call([] { SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE); });
+  } catch (const pg::Error &) {
+  }
   hub.track_written();
   if (listening)
     server.shutdown(guc::shutdown_policy == 0 ? guc::shutdown_drain_ms : 0);

@@ -59,7 +59,7 @@ chmod 755 "$WORK"
 [ $IS_ROOT = 1 ] && chown "$OSUSER" "$WORK"
 DATA="$WORK/data"
 mkdir -p "$OUT"
-rm -f "$OUT"/*.png "$OUT"/postgres.log
+rm -f "$OUT"/*.png "$OUT"/postgres.log "$OUT"/postgres.log.expected_signals
 
 cleanup() {
   local rc=$?

@@ -245,7 +245,9 @@ check "trickled headers cut after request_timeout ($out)" within 1.8 $((3 * SLOW
 out=$($RAW silent "$PORT")
 check "silent connection cut after request_timeout ($out)" within 1.8 $((3 * SLOW)) "${out#closed_after }"
 sse 3 "$URL/streams/quiet"
-same_text "an open stream outlives request_timeout" 28 "$?"
+same_text "an open stream outlives request_timeout (curl ends it: exit 28)" 28 "$?"
+same_text "  it was a stream: 200" 200 "$(status "$T/h")"
+check "  with its preamble" grep -q '^event: pgbus:connected$' "$T/b"
 stop_driver
 
 # ---------------------------------------------------------------------------
@@ -291,21 +293,27 @@ qe=$(sed -n 's/.*queued_events=\([0-9]*\).*/\1/p' <<<"$line")
 check "drop_oldest: stuck client drops events ($line)" test "${dropped:-0}" -gt 0
 check "  and its queue stays within queue_max_events" test "${qe:-999}" -le 100
 wait $r1
-check "  the client is told: pgbus:gap-detected with a count" \
-  grep -Eq '^data: \{"reason":"overflow","dropped":[0-9]+,"resume":("[^"]+"|null)\}$' "$T/stall"
+check "  the client is told: pgbus:gap-detected with a count and a resume id" \
+  grep -Eq '^data: \{"reason":"overflow","dropped":[0-9]+,"resume":"[0-9]+"\}$' "$T/stall"
 check "  gap notice is a whole event" grep -A1 -x 'event: pgbus:gap-detected' "$T/stall" -q
 framing=$(perl -e '
   local $/; my $b = <STDIN>; my @ev = split /\n\n/, $b; pop @ev; # the last one may be cut
-  my ($bad, $last, $n) = (0, 0, 0);
+  my ($bad, $last, $n, @resume) = (0, 0, 0);
+  my (%seen, %next); # ids received; the id received right after each
   for my $e (@ev) {
-    if ($e =~ /^id: (\d+)\ndata: x{4000}$/) { $bad++ if $1 <= $last; $last = $1; $n++ }
-    elsif ($e =~ /^event: pgbus:gap-detected\ndata: \{"reason":"overflow","dropped":\d+,"resume":("[^"]+"|null)\}$/) {}
+    if ($e =~ /^id: (\d+)\ndata: x{4000}$/) { $bad++ if $1 <= $last; $next{$last} = $1; $seen{$1} = 1; $last = $1; $n++ }
+    elsif ($e =~ /^event: pgbus:gap-detected\ndata: \{"reason":"overflow","dropped":\d+,"resume":"(\d+)"\}$/) {
+      # resume names a frame this client received, the last one before a drop
+      $bad++ unless $seen{$1};
+      push @resume, $1;
+    }
     elsif ($e =~ /^retry: 2000\n: pgbus stream open .*\nevent: pgbus:connected\ndata: \{.*\}$/) {}
     elsif ($e =~ /^: heartbeat \d+$/) {}
     else { $bad++ }
   }
-  print $n > 0 && $bad == 0 ? "ok" : "bad=$bad frames=$n";' <"$T/stall")
-same_text "  every event intact, ids ascending (SSE framing never broken)" ok "$framing"
+  for my $r (@resume) { $bad++ if defined $next{$r} && $next{$r} == $r + 1 }
+  print $n > 0 && @resume && $bad == 0 ? "ok" : "bad=$bad frames=$n notices=" . scalar(@resume);' <"$T/stall")
+same_text "  every event intact, ids ascending, each resume id the last frame before a drop" ok "$framing"
 stop_driver
 
 # ---------------------------------------------------------------------------
@@ -337,7 +345,8 @@ e=$(elapsed "$t0")
 wait $c1; crc=$?
 same_text "driver exits 0 after shutdown" 0 "$rc"
 check "  within drain_ms even with a stuck client (2 s <= $e s < 3 s)" within 1.9 $((3 * SLOW)) "$e"
-check "  the client got event: pgbus:shutdown" grep -Pzq 'event: pgbus:shutdown\ndata: \{\}\n\n' "$T/s"
+check "  the client got event: pgbus:shutdown, without an id: line" \
+  grep -Pzq '\n\nevent: pgbus:shutdown\ndata: \{"reason":"worker_restart"\}\n\n' "$T/s"
 same_text "  and a clean end of stream (curl exit 0)" 0 "$crc"
 check "  closed reported as 'shutdown'" grep -Eq '^closed [0-9]+ shutdown$' "$T/driver.log"
 kill $r1 2>/dev/null; wait $r1 2>/dev/null

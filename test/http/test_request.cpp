@@ -237,3 +237,19 @@ TEST(Listen, ReusePortSharesThePort) {
   for (int fd : b)
     close(fd);
 }
+
+TEST(Loopback, OnlyLoopbackAddresses) {
+  EXPECT_TRUE(is_loopback("127.0.0.1:5000"));
+  EXPECT_TRUE(is_loopback("127.200.3.4:1"));
+  EXPECT_TRUE(is_loopback("[::1]:8080"));
+  EXPECT_TRUE(is_loopback("[::ffff:127.0.0.1]:8080"));
+  EXPECT_FALSE(is_loopback("192.0.2.2:5000"));
+  EXPECT_FALSE(is_loopback("10.127.0.1:5000"));
+  EXPECT_FALSE(is_loopback("1270.0.0.1:5000"));
+  EXPECT_FALSE(is_loopback("[::2]:8080"));
+  EXPECT_FALSE(is_loopback("[::1a]:8080"));
+  EXPECT_FALSE(is_loopback("[fd00::1]:8080"));
+  EXPECT_FALSE(is_loopback("[::ffff:10.0.0.1]:8080"));
+  EXPECT_FALSE(is_loopback("?"));
+  EXPECT_FALSE(is_loopback(""));
+}

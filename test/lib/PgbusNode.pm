@@ -7,11 +7,13 @@
 #   my $c = $pg->sse('/streams/chat');        # an SSEClient on the listener
 #   $pg->finish;                              # stop the node, then check its log
 #
-# finish (or check_log) fails the test if the server log says that any
-# process was "terminated by signal", except kills the test announced with
-# expect_kill (and only those exact processes). The announced kills are also
+# finish (or check_log) fails the test if the server log shows a process
+# that died or stopped unasked (the rule is test/lib/LogScan.pm: killed by a
+# signal, a worker's exit while the server was not stopping, a FATAL line of
+# the extension), except kills and exits the test announced with expect_kill
+# and expect_exit (and only those exact processes). The announcements are also
 # written next to the log (<log>.expected_signals, one fixed string per line)
-# so test/run_all.sh can apply the same exception when it re-checks every log.
+# so test/run_all.sh applies the same exceptions when it re-checks every log.
 
 package PgbusNode;
 
@@ -25,12 +27,16 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 use IO::Socket::INET;
+use Digest::SHA ();
+use MIME::Base64 ();
 
+use LogScan;
 use SSEClient;
 
-our @EXPORT_OK = qw(sql_literal parse_token token_covers token_le frames_ok);
+our @EXPORT_OK = qw(sql_literal parse_token token_covers token_le frames_ok ids_ok);
 
 our $AUTOLOAD;
+my $BEARER_ALL_SECRET = 'pgbusnode-bearer-all';
 
 # new creates, configures and starts a node, creates the extension and waits
 # for the SSE listener. Options:
@@ -39,6 +45,9 @@ our $AUTOLOAD;
 #   start      0 to only init and configure (default 1)
 #   extension  0 to skip CREATE EXTENSION (default 1)
 #   timeout    seconds to wait for the listener (default 60)
+#   bearer_all 1: streams are read with a JWT covering every stream (sent by
+#              sse() unless the caller gives an Authorization header), for
+#              tests of private streams that are not about credentials
 sub new
 {
 	my ($class, $name, %opt) = @_;
@@ -52,7 +61,8 @@ shared_preload_libraries = 'pgbus_stream'
 pgbus_stream.port = $http_port
 pgbus_stream.heartbeat_interval = $heartbeat
 log_min_messages = info
-} . ($opt{conf} // ''));
+} . ($opt{bearer_all} ? "pgbus_stream.jwt_secret = '$BEARER_ALL_SECRET'\n" : '')
+	  . ($opt{conf} // ''));
 
 	my $self = bless {
 		node => $node,
@@ -60,6 +70,7 @@ log_min_messages = info
 		http_port => $http_port,
 		expected_signals => [],
 		timeout => $opt{timeout} // 60,
+		bearer => $opt{bearer_all} ? jwt_all($BEARER_ALL_SECRET) : undef,
 	}, $class;
 
 	# Any announced kill is written out even if the test dies half-way.
@@ -116,7 +127,21 @@ sub wait_http_ready
 sub sse
 {
 	my ($self, $path, %opt) = @_;
+	if ($self->{bearer} && !grep { lc $_ eq 'authorization' } keys %{ $opt{headers} // {} })
+	{
+		$opt{headers} = { %{ $opt{headers} // {} }, Authorization => "Bearer $self->{bearer}" };
+	}
 	return SSEClient->connect(port => $self->{http_port}, path => $path, %opt);
+}
+
+# jwt_all is an HS256 JWT for every stream ("*"), valid for a day.
+sub jwt_all
+{
+	my ($secret) = @_;
+	my $b64 = sub { MIME::Base64::encode_base64url($_[0]) };
+	my $input = $b64->('{"alg":"HS256","typ":"JWT"}') . '.'
+	  . $b64->('{"streams":["*"],"exp":' . (int(time) + 86400) . '}');
+	return "$input." . $b64->(Digest::SHA::hmac_sha256($input, $secret));
 }
 
 # open_stream connects to /streams/<name> (plus an optional query string),
@@ -241,46 +266,52 @@ sub wait_workers
 sub expect_kill
 {
 	my ($self, $pid, $sig) = @_;
-	push @{ $self->{expected_signals} }, "(PID $pid) was terminated by signal $sig";
+	return $self->_announce("(PID $pid) was terminated by signal $sig");
+}
+
+# expect_exit announces that process $pid is about to exit with $code (e.g.
+# a worker stopped by pg_terminate_backend or SIGTERM: exit code 1).
+sub expect_exit
+{
+	my ($self, $pid, $code) = @_;
+	return $self->_announce("(PID $pid) exited with exit code $code");
+}
+
+sub _announce
+{
+	my ($self, $line) = @_;
+	push @{ $self->{expected_signals} }, $line;
 	open my $fh, '>>', $self->_expected_file
 	  or croak 'cannot write ' . $self->_expected_file . ": $!";
-	print $fh "(PID $pid) was terminated by signal $sig\n";
+	print $fh "$line\n";
 	close $fh;
 	return;
 }
 
 sub _expected_file { return $_[0]{node}->logfile . '.expected_signals' }
 
-# crash_lines returns the log lines that report a process killed by a signal,
-# except the announced ones.
+# crash_lines returns the log lines that show a process dying or stopping
+# unasked (LogScan), except the announced ones.
 sub crash_lines
 {
 	my ($self) = @_;
-	my $log = slurp_file($self->logfile);
-	my @bad;
-	for my $l (split /\n/, $log)
-	{
-		next unless $l =~ /terminated by signal/;
-		next if grep { index($l, $_) >= 0 } @{ $self->{expected_signals} };
-		push @bad, $l;
-	}
-	return @bad;
+	return LogScan::problems(slurp_file($self->logfile), @{ $self->{expected_signals} });
 }
 
-# check_log fails the test on any unexpected "terminated by signal" line,
-# and checks that every announced kill was actually logged.
+# check_log fails the test on any such line, and checks that every announced
+# kill or exit was actually logged.
 sub check_log
 {
 	my ($self) = @_;
 	my @bad = $self->crash_lines;
-	ok(!@bad, "$self->{name}: no process died of a signal (server log)")
+	ok(!@bad, "$self->{name}: no process died or stopped unasked (server log)")
 	  or diag(join("\n", @bad));
 	if (@{ $self->{expected_signals} })
 	{
 		my $log = slurp_file($self->logfile);
 		for my $e (@{ $self->{expected_signals} })
 		{
-			ok(index($log, $e) >= 0, "$self->{name}: the intended kill was logged: $e");
+			ok(index($log, $e) >= 0, "$self->{name}: the intended kill or exit was logged: $e");
 		}
 	}
 	my @errors = grep { /ERROR|FATAL|PANIC/ && /pgbus/ }
@@ -301,24 +332,32 @@ sub finish
 
 # frames_ok checks received frames against what was sent, in order:
 # $expected is a list of [msg_id, data, event (default turbo-stream)].
-# Data and event names must match exactly; every id must be a cursor token
-# that grows (covers everything the previous one did, starting from $since
-# when given), covers its own msg_id, and the previous id must not have
-# covered that msg_id. Returns true if all of it holds.
+# Data and event names must match exactly, and the ids pass ids_ok. Returns
+# true if all of it holds.
 sub frames_ok
 {
 	my ($frames, $expected, $since, $name) = @_;
-	my @f = @$frames;
 	my $ok = is_deeply(
-		[ map { [ $_->{data}, $_->{event} ] } @f ],
+		[ map { [ $_->{data}, $_->{event} ] } @$frames ],
 		[ map { [ $_->[1] =~ s/\r\n|\r|\n/\n/gr, $_->[2] // 'turbo-stream' ] } @$expected ],
 		"$name: exactly the expected frames, in order");
+	return ids_ok($frames, [ map { $_->[0] } @$expected ], $since, $name) && $ok;
+}
+
+# ids_ok checks the ids of received frames, frame $i carrying msg_id
+# $msg_ids->[$i]: every id must be a cursor token that grows (covers
+# everything the previous one did, starting from $since when given), covers
+# its own msg_id, and the previous id must not have covered that msg_id.
+sub ids_ok
+{
+	my ($frames, $msg_ids, $since, $name) = @_;
+	my @f = @$frames;
 	my @bad;
 	my $prev = $since;
 	for my $i (0 .. $#f)
 	{
 		my $tok = $f[$i]{id};
-		my $exp = $expected->[$i];
+		my $mid = $msg_ids->[$i];
 		if (!defined $tok || !parse_token($tok))
 		{
 			push @bad, "frame $i: id '" . ($tok // 'undef') . "' is not a cursor token";
@@ -328,17 +367,17 @@ sub frames_ok
 		{
 			push @bad, "frame $i: id '$tok' does not grow from '$prev'";
 		}
-		if ($exp && !token_covers($tok, $exp->[0]))
+		if (defined $mid && !token_covers($tok, $mid))
 		{
-			push @bad, "frame $i: id '$tok' does not cover msg_id $exp->[0]";
+			push @bad, "frame $i: id '$tok' does not cover msg_id $mid";
 		}
-		if ($exp && defined $prev && token_covers($prev, $exp->[0]))
+		if (defined $mid && defined $prev && token_covers($prev, $mid))
 		{
-			push @bad, "frame $i: previous id '$prev' already covered msg_id $exp->[0]";
+			push @bad, "frame $i: previous id '$prev' already covered msg_id $mid";
 		}
 		$prev = $tok;
 	}
-	$ok = ok(!@bad, "$name: ids grow, each covers its own msg_id") && $ok;
+	my $ok = ok(!@bad, "$name: ids grow, each covers its own msg_id");
 	diag(join("\n", @bad)) if @bad;
 	return $ok;
 }

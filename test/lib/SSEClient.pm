@@ -1,6 +1,6 @@
 # SSEClient: a small Server-Sent-Events client for the TAP tests.
 #
-# It speaks HTTP/1.1 over a plain IO::Socket::INET, reads without blocking
+# It speaks HTTP/1.1 over a plain IO::Socket::IP (IPv4 or IPv6), reads without blocking
 # (IO::Select with a deadline on every wait, so a test never hangs), decodes
 # chunked or length-delimited bodies, and parses the body incrementally into
 # SSE frames as a browser's EventSource would (lines end with CRLF, LF or CR;
@@ -26,7 +26,7 @@ use warnings;
 use Carp;
 use Errno qw(EAGAIN EINTR EWOULDBLOCK EINPROGRESS);
 use IO::Select;
-use IO::Socket::INET;
+use IO::Socket::IP;
 use Socket qw(IPPROTO_TCP TCP_NODELAY);
 use Time::HiRes qw(time);
 
@@ -61,8 +61,8 @@ sub connect
 		chunk_left => undef,
 	}, $class;
 
-	my $sock = IO::Socket::INET->new(
-		PeerAddr => $self->{host},
+	my $sock = IO::Socket::IP->new(
+		PeerHost => $self->{host},
 		PeerPort => $self->{port},
 		Proto => 'tcp',
 		Timeout => $self->{timeout})
@@ -82,7 +82,8 @@ sub connect
 		  : map { ($_, $opt{headers}{$_}) } sort keys %{ $opt{headers} // {} };
 		my %have = map { lc($_) => 1 } @h[ grep { $_ % 2 == 0 } 0 .. $#h ];
 		$req = "$method $self->{path} HTTP/$ver\r\n";
-		$req .= "Host: $self->{host}:$self->{port}\r\n" unless $have{host};
+		my $h = $self->{host} =~ /:/ ? "[$self->{host}]" : $self->{host};
+		$req .= "Host: $h:$self->{port}\r\n" unless $have{host};
 		$req .= "Accept: text/event-stream\r\n" unless $have{accept};
 		while (my ($k, $v) = splice(@h, 0, 2))
 		{

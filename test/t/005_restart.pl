@@ -62,6 +62,7 @@ $last = ($c->data_events)[-1]{id};
 # ---------------------------------------------------------------- B
 @pids = $pg->worker_pids;
 is(scalar @pids, 1, "one worker running (pid @pids)");
+$pg->expect_exit($pids[0], 1);
 ok(kill('TERM', $pids[0]), "SIGTERM $pids[0]");
 ok($c->wait_until(sub { grep { ($_->{event} // '') eq 'pgbus:shutdown' } $_[0]->events }, 10),
 	'clean stop: pgbus:shutdown event');

@@ -1,5 +1,8 @@
 # 022_admin: the operators' routes (/, /stats.json, /metrics, /healthz) can
 # require a bearer token, set and changed by SIGHUP; streams never need it.
+# admin_loopback_only refuses them to a client that connects from one of the
+# host's own non-loopback addresses (the listener binds it too; the traffic
+# never leaves the host), and serves them over 127.0.0.1 and ::1.
 use strict;
 use warnings;
 
@@ -10,7 +13,22 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PgbusNode;
 
-my $pg = PgbusNode->new('admin');
+# A non-loopback address of this host (PGBUS_TEST_NONLOOPBACK_ADDR, else the
+# first global one `ip` lists). Without one the refusal cannot be tried: fail.
+sub nonloopback_addr
+{
+	return $ENV{PGBUS_TEST_NONLOOPBACK_ADDR} if $ENV{PGBUS_TEST_NONLOOPBACK_ADDR};
+	my ($ip) = grep { -x } qw(/usr/sbin/ip /sbin/ip /usr/bin/ip /bin/ip);
+	return undef unless $ip;
+	for (split /\n/, `$ip -o -4 addr show scope global 2>/dev/null`)
+	{
+		return $1 if m{\binet (\d+\.\d+\.\d+\.\d+)/};
+	}
+	return undef;
+}
+my $other = nonloopback_addr();
+my $pg = PgbusNode->new('admin',
+	conf => "pgbus_stream.listen_addresses = '127.0.0.1,::1" . ($other ? ",$other" : '') . "'\n");
 $pg->create_stream('pub');
 
 sub status_of
@@ -51,6 +69,19 @@ $pg->safe_psql('postgres',
 $deadline = time + 10;
 sleep 0.2 while status_of('/metrics') != 200 && time < $deadline;
 is(status_of('/metrics'), 200, 'loopback only: a loopback client is served, no token needed after reset');
+is(status_of('/metrics', host => '::1'), 200, 'loopback only: a client on ::1 is served');
+ok($other, 'this host has a non-loopback address to connect from (' . ($other // 'none') . ')')
+  or diag('set PGBUS_TEST_NONLOOPBACK_ADDR to one of the host\'s own addresses');
+if ($other)
+{
+	for my $path ('/', '/stats.json', '/metrics', '/healthz')
+	{
+		is(status_of($path, host => $other), 403, "loopback only: $path from $other: 403");
+	}
+	my $c = $pg->open_stream('pub', host => $other);
+	is($c->status, 200, "loopback only: streams are still served to $other");
+	$c->close;
+}
 
 $pg->finish;
 done_testing();

@@ -348,6 +348,9 @@ TEST(OutQueue, ResumeIdsComeFromFrames) {
   char buf[64];
   ASSERT_EQ(q.read_into(buf, a.size()), a.size());
   EXPECT_EQ(q.last_written_id(), "7~1");
+  // b partly copied out: the client will get all of it, so it is the resume point
+  ASSERT_EQ(q.read_into(buf, 3), 3u);
+  EXPECT_EQ(q.last_written_id(), "7~2");
   char rest[256];
   q.read_into(rest, sizeof(rest));
   EXPECT_EQ(q.last_written_id(), "7~2");
@@ -405,7 +408,7 @@ TEST(OutQueue, EvictionBehindAPartlyWrittenFrame) {
   for (int i = 1; i <= 4; ++i)
     q.push(data_frame(i));
   char buf[10];
-  ASSERT_EQ(q.read_into(buf, sizeof buf), 10u); // frame 1 half written: pinned
+  ASSERT_EQ(q.read_into(buf, sizeof buf), 10u);            // frame 1 half written: pinned
   EXPECT_EQ(q.push(data_frame(5)), Result::DroppedOldest); // evicts 2 (index 1)
   EXPECT_EQ(q.push(data_frame(6)), Result::DroppedOldest); // evicts 3
   std::string rest = std::string(buf, 10) + drain(q);

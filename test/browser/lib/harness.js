@@ -68,6 +68,13 @@ async function workerPids() {
   return out ? out.split('\n').map(Number) : [];
 }
 
+// Announces a kill or exit the test causes on purpose ("(PID 123) was
+// terminated by signal 9", "(PID 123) exited with exit code 1"): the logs
+// stage of test/run_all.sh does not count it against the server log.
+function announce(line) {
+  fs.appendFileSync(path.join(cfg.output, 'postgres.log.expected_signals'), line + '\n');
+}
+
 // Polls fn() until it returns a truthy value; throws with `what` and the last
 // value (or error) seen when the deadline passes.
 async function waitFor(fn, { timeout = 10000, interval = 100, what = 'condition', describe } = {}) {
@@ -191,5 +198,5 @@ function tokenHighest(tok) {
   return Math.max(...nums);
 }
 
-module.exports = { cfg, sleep, lit, sql, broadcast, committedPayloads, workerPids, waitFor, probeSSE,
+module.exports = { cfg, sleep, lit, sql, broadcast, committedPayloads, workerPids, announce, waitFor, probeSSE,
                    waitForWorker, launchBrowser, CutProxy, tokenHighest };

@@ -105,14 +105,15 @@ module.exports = {
     }
 
     // (a) clean stop: SIGTERM through pg_terminate_backend; bgw_restart_time brings it back.
-    const s1 = await phase('term', async () => {
+    const s1 = await phase('term', async (pids) => {
+      for (const pid of pids) t.announce(`(PID ${pid}) exited with exit code 1`);
       await t.sql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pgbus_stream worker'`);
     });
     t.note(`term: page saw pgbus:shutdown ${s1.shutdowns} time(s), ${s1.errors} error event(s)`);
 
     // (b) crash: SIGKILL the worker; the postmaster resets shared memory and restarts all.
     const s2 = await phase('kill9', async (pids) => {
-      for (const pid of pids) process.kill(pid, 'SIGKILL');
+      for (const pid of pids) { t.announce(`(PID ${pid}) was terminated by signal 9`); process.kill(pid, 'SIGKILL'); }
       await t.waitFor(async () => (await t.sql('SELECT 1')) === '1', { timeout: 30000, interval: 250, what: 'PostgreSQL to accept connections after the crash' });
     });
     t.note(`kill9: page errors ${s2.errors}, opens ${s2.opens}`);

@@ -1,0 +1,124 @@
+// The pgbus gem's stream names (see names.hpp).
+#include "core/names.hpp"
+
+namespace pgbs::names {
+namespace {
+
+bool word_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// Glob match with "*" only, case-insensitive; iterative with one backtrack
+// point, so linear in practice and never recursive.
+bool glob(std::string_view pat, std::string_view s) {
+  size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pat.size() && pat[p] == '*') {
+      star = p++;
+      mark = i;
+    } else if (p < pat.size() && lower(pat[p]) == lower(s[i])) {
+      p++;
+      i++;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      i = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*')
+    p++;
+  return p == pat.size();
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ')
+    s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ')
+    s.remove_suffix(1);
+  return s;
+}
+
+template <typename F> void for_each_item(std::string_view patterns, F f) {
+  while (true) {
+    const size_t comma = patterns.find(',');
+    f(trim(patterns.substr(0, comma)));
+    if (comma == std::string_view::npos)
+      return;
+    patterns.remove_prefix(comma + 1);
+  }
+}
+
+} // namespace
+
+std::string normalize(std::string_view name) {
+  bool plain = !name.empty();
+  for (char c : name)
+    plain = plain && word_char(c);
+  if (plain)
+    return std::string(name);
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    if (c == '-' || c == '.' || c == ':')
+      c = '_';
+    else if (!word_char(c))
+      continue;
+    if (c == '_' && (out.empty() || out.back() == '_'))
+      continue; // collapses runs and drops leading "_"
+    out.push_back(c);
+  }
+  while (!out.empty() && out.back() == '_')
+    out.pop_back();
+  return out;
+}
+
+std::string queue_name(std::string_view logical, QueueNameError *err, std::string_view prefix) {
+  *err = QueueNameError::None;
+  if (logical.empty()) {
+    *err = QueueNameError::Empty;
+    return {};
+  }
+  std::string full(prefix);
+  full.append(logical);
+  std::string q = normalize(full);
+  if (q.empty()) {
+    *err = QueueNameError::Empty;
+    return {};
+  }
+  if (q.size() > kMaxQueueName) {
+    *err = QueueNameError::TooLong;
+    return {};
+  }
+  for (char &c : q)
+    c = lower(c);
+  return q;
+}
+
+bool auto_attach_matches(std::string_view patterns, std::string_view queue) {
+  bool hit = false;
+  for_each_item(patterns, [&](std::string_view item) {
+    if (hit || item.empty())
+      return;
+    if (item.find('*') == std::string_view::npos)
+      hit = item.size() <= queue.size() && glob(item, queue.substr(0, item.size()));
+    else
+      hit = glob(item, queue);
+  });
+  return hit;
+}
+
+bool valid_auto_attach(std::string_view patterns) {
+  bool ok = true;
+  for_each_item(patterns, [&](std::string_view item) {
+    if (item.size() > kMaxQueueName)
+      ok = false;
+    for (char c : item)
+      ok = ok && (word_char(c) || c == '*');
+  });
+  return ok;
+}
+
+} // namespace pgbs::names

@@ -1,0 +1,42 @@
+// The pgbus gem's stream names: the queue a logical stream name maps to, and
+// which queues pgbus_stream.auto_attach captures. One place for these rules;
+// the SQL functions call them. Pure C++, no PostgreSQL.
+#pragma once
+#include "core/no_postgres.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace pgbs::names {
+
+// PGMQ's limit on queue names (its tables are q_<name> and a_<name>).
+constexpr size_t kMaxQueueName = 47;
+// The gem's queue prefix, for streams and jobs alike.
+constexpr std::string_view kGemPrefix = "pgbus_";
+
+enum class QueueNameError { None, Empty, TooLong };
+
+// The queue the gem uses for a logical stream name: prefix + logical,
+// normalised as the gem does (kept as it is when it consists of
+// [A-Za-z0-9_] only; else "-", "." and ":" become "_", any other character
+// outside [A-Za-z0-9_] is dropped, runs of "_" collapse to one and leading
+// and trailing "_" go), then lower-cased as PGMQ stores it. Empty with *err
+// set when the logical name is empty or the result is longer than
+// kMaxQueueName (the gem refuses those before creating anything).
+std::string queue_name(std::string_view logical, QueueNameError *err,
+                       std::string_view prefix = kGemPrefix);
+
+// The gem's normalisation alone (no prefix, no case change, no length check).
+std::string normalize(std::string_view name);
+
+// Whether a queue name matches an auto_attach setting: a comma-separated
+// list of patterns (spaces around items ignored), "*" matching any run of
+// characters; an item without "*" is a prefix ("pgbus_" = "pgbus_*").
+// Case-insensitive, as PGMQ queue names are. An empty setting matches nothing.
+bool auto_attach_matches(std::string_view patterns, std::string_view queue);
+
+// Whether a setting is a valid auto_attach value (for the GUC check hook):
+// items of [A-Za-z0-9_*], at most kMaxQueueName characters each.
+bool valid_auto_attach(std::string_view patterns);
+
+} // namespace pgbs::names

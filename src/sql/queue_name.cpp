@@ -1,0 +1,65 @@
+// SQL-callable forms of the pgbus gem's naming rules (core/names.hpp), so
+// that SQL and the workers share one implementation.
+#include "core/names.hpp"
+#include "pgbus_stream.hpp"
+
+#include <string>
+
+extern "C" {
+#include "postgres.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(pgbus_stream_queue_name);
+PG_FUNCTION_INFO_V1(pgbus_stream_queue_name_or_null);
+}
+
+#include "pg/guard.hpp"
+
+namespace {
+
+std::string_view arg_text(text *t) { return {VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)}; }
+
+} // namespace
+
+// queue_name(logical): the PGMQ queue the pgbus gem uses for a logical stream
+// name. The C++ part runs inside pg::entry; errors are raised after it.
+extern "C" Datum pgbus_stream_queue_name(PG_FUNCTION_ARGS) {
+  text *logical = PG_GETARG_TEXT_PP(0);
+  pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
+  text *result = nullptr;
+  pgbs::pg::entry([&]() -> Datum {
+    const std::string q = pgbs::names::queue_name(arg_text(logical), &err);
+    if (err == pgbs::names::QueueNameError::None)
+      pgbs::pg::call([&] { result = cstring_to_text_with_len(q.data(), (int)q.size()); });
+    return (Datum)0;
+  });
+  if (err == pgbs::names::QueueNameError::Empty)
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("pgbus_stream: stream name must not be empty")));
+  if (err == pgbs::names::QueueNameError::TooLong)
+    ereport(ERROR,
+            (errcode(ERRCODE_NAME_TOO_LONG),
+             errmsg("pgbus_stream: the queue of stream \"%s\" would be longer than %d characters",
+                    text_to_cstring(logical), (int)pgbs::names::kMaxQueueName),
+             errdetail("Queues are named \"%.*s\" followed by the stream name, with \"-\", \".\" "
+                       "and \":\" as \"_\" and other characters outside [A-Za-z0-9_] dropped.",
+                       (int)pgbs::names::kGemPrefix.size(), pgbs::names::kGemPrefix.data())));
+  PG_RETURN_TEXT_P(result);
+}
+
+// _queue_name_or_null(logical): queue_name(), NULL where it would fail.
+extern "C" Datum pgbus_stream_queue_name_or_null(PG_FUNCTION_ARGS) {
+  text *logical = PG_GETARG_TEXT_PP(0);
+  text *result = nullptr;
+  pgbs::pg::entry([&]() -> Datum {
+    pgbs::names::QueueNameError err;
+    const std::string q = pgbs::names::queue_name(arg_text(logical), &err);
+    if (err == pgbs::names::QueueNameError::None)
+      pgbs::pg::call([&] { result = cstring_to_text_with_len(q.data(), (int)q.size()); });
+    return (Datum)0;
+  });
+  if (result == nullptr)
+    PG_RETURN_NULL();
+  PG_RETURN_TEXT_P(result);
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# test/pg_cassert.sh — builds PostgreSQL 15 with assertions once, from
+# Debian's source package, and prints the path of its pg_config.
+#
+#   PREFIX=$(./test/pg_cassert.sh)      build if missing, else reuse
+#
+# The installation is cached in $PGBUS_CASSERT_PREFIX (default
+# /var/cache/pgbus_stream/pg15-cassert as root, else
+# ~/.cache/pgbus_stream/pg15-cassert); the source and build tree sit next to
+# it (…-src) and can be removed after a build. Built from the upstream
+# sources of the package (Debian's patches left out): the server, its client
+# programs and libraries, pg_regress, headers, PGXS and the TAP modules; no
+# contrib, no extra libraries (ICU, readline, zlib, LLVM).
+# Progress goes to stderr; stdout carries only the pg_config path.
+set -euo pipefail
+
+PG_MAJOR=15
+if [ "$(id -u)" -eq 0 ]; then
+	DEFAULT=/var/cache/pgbus_stream/pg$PG_MAJOR-cassert
+else
+	DEFAULT=${XDG_CACHE_HOME:-$HOME/.cache}/pgbus_stream/pg$PG_MAJOR-cassert
+fi
+PREFIX=${PGBUS_CASSERT_PREFIX:-$DEFAULT}
+SRC=$PREFIX-src
+JOBS=${JOBS:-2}
+STAMP=$PREFIX/.complete
+# What the cache was built with: another set of options means another build.
+OPTIONS="--enable-cassert --enable-debug --enable-tap-tests --without-icu --without-readline --without-zlib --without-llvm"
+CFLAGS_BUILD='-O1 -g'
+
+say() { echo "pg_cassert: $*" >&2; }
+
+if [ -f "$STAMP" ] && [ -x "$PREFIX/bin/pg_config" ] &&
+	[ "$(sed -n 2p "$STAMP")" = "$OPTIONS CFLAGS=$CFLAGS_BUILD" ]; then
+	say "reusing $PREFIX ($(head -n 1 "$STAMP"))"
+	echo "$PREFIX/bin/pg_config"
+	exit 0
+fi
+
+# Debian's source package: needs a deb-src entry for the running suites.
+if ! apt-get source --print-uris -qq "postgresql-$PG_MAJOR" >/dev/null 2>&1; then
+	[ "$(id -u)" -eq 0 ] || { say "need root to add a deb-src entry"; exit 1; }
+	if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+		sed -n '/^Types: deb$/,/^$/p' /etc/apt/sources.list.d/debian.sources |
+			sed 's/^Types: deb$/Types: deb-src/' >/etc/apt/sources.list.d/pgbus-deb-src.sources
+	else
+		grep -h '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' >/etc/apt/sources.list.d/pgbus-deb-src.list
+	fi
+	say "added a deb-src entry; apt-get update"
+	apt-get update -qq >&2
+fi
+command -v dpkg-source >/dev/null || { say "dpkg-dev missing (apt-get install dpkg-dev)"; exit 1; }
+
+rm -rf "$SRC"
+mkdir -p "$SRC"
+say "fetching the source of postgresql-$PG_MAJOR into $SRC"
+# Newest version first; a mirror may lack the newest source (security pool).
+fetched=0
+for v in $(apt-cache showsrc "postgresql-$PG_MAJOR" | sed -n 's/^Version: //p' | sort -rV); do
+	if (cd "$SRC" && apt-get source -qq --download-only "postgresql-$PG_MAJOR=$v" >&2); then
+		fetched=1
+		break
+	fi
+	say "version $v not fetched; trying an older one"
+	rm -rf "${SRC:?}"/*
+done
+[ $fetched -eq 1 ] || { say "could not fetch the source of postgresql-$PG_MAJOR"; exit 1; }
+# Upstream sources only: Debian's patches hard-code the library directory to
+# /usr/lib/postgresql/<major>/lib, which would install over the system's files.
+DSC=$(find "$SRC" -maxdepth 1 -name "postgresql-${PG_MAJOR}_*.dsc" | head -n 1)
+[ -n "$DSC" ] || { say "no .dsc under $SRC"; exit 1; }
+VERSION=$(basename "$DSC" .dsc)
+TREE=$SRC/$VERSION
+dpkg-source --skip-patches -x "$DSC" "$TREE" >&2
+
+say "configuring $VERSION (--enable-cassert --enable-debug) for $PREFIX"
+cd "$TREE"
+# shellcheck disable=SC2086
+./configure --prefix="$PREFIX" $OPTIONS CFLAGS="$CFLAGS_BUILD" >"$SRC/configure.log" 2>&1 ||
+	{ tail -n 30 "$SRC/configure.log" >&2; exit 1; }
+
+say "building with -j$JOBS (several minutes)"
+make -j"$JOBS" -s >"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
+make -C src/test/regress -j"$JOBS" -s >>"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
+# Everything must land under the prefix, never over another installation:
+# these are the directories make install writes to.
+if grep '^#define' src/port/pg_config_paths.h | grep -v "\"$PREFIX/" >&2; then
+	say "the directories above are outside $PREFIX: not installing"
+	exit 1
+fi
+rm -rf "$PREFIX"
+make -s install >>"$SRC/install.log" 2>&1 || { tail -n 40 "$SRC/install.log" >&2; exit 1; }
+printf '%s %s\n%s\n' "$VERSION" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$OPTIONS CFLAGS=$CFLAGS_BUILD" >"$STAMP"
+say "installed $VERSION into $PREFIX"
+echo "$PREFIX/bin/pg_config"
