@@ -111,6 +111,7 @@ void plan_file_limit() {
     c.max_sockets = g_max_sockets;
     return c;
   }());
+  HOLD_INTERRUPTS(); // as in pg::log: nothing acted on from this C++ frame
   if ((long)holds < share)
     ereport(LOG, (errmsg("pgbus_stream: worker %d can hold %zu SSE connections of the %ld "
                          "max_connections gives it: its open files limit is %ld",
@@ -123,6 +124,7 @@ void plan_file_limit() {
     ereport(LOG, (errmsg("pgbus_stream: worker %d open files limit %ld (soft limit was %ld): room "
                          "for %zu SSE connections",
                          worker_index, limit, (long)Min(soft_before, (rlim_t)LONG_MAX), holds)));
+  RESUME_INTERRUPTS();
 }
 
 // The same warning every round (a table that stays broken, a database
