@@ -593,7 +593,10 @@ void Server::Impl::add_log(std::string line) {
 Server::Server() : impl_(std::make_unique<Impl>()) {}
 Server::~Server() = default;
 
-bool Server::start(const Config &cfg, std::string *err) { return impl_->start(cfg, err); }
+bool Server::start(const Config &cfg, std::string *err) {
+  impl_->next_id = cfg.conn_id_base;
+  return impl_->start(cfg, err);
+}
 
 size_t sse_capacity(const Config &cfg) {
   const size_t wanted = static_cast<size_t>(std::max(cfg.max_connections, 0));

@@ -170,6 +170,7 @@ struct RecordHeader {
   int64 commit_us; // GetCurrentTimestamp() at commit, for latency figures
   uint32 event_len;
   uint32 visible_len;
+  uint64 exclude; // connection id that must not get this event (0: none)
 };
 
 Size shmem_size();

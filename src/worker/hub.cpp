@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <unordered_set>
 
@@ -242,6 +243,8 @@ std::vector<Row> Hub::read_rows(const StreamInfo &si, const std::string &where,
     row.event = t.at(r, 2);
     row.visible_to = t.at(r, 3);
     row.enqueued_us = to_i64(t.at(r, 4));
+    if (t.ncols > 5 && t.at(r, 5))
+      auth::parse_connection_id(*t.at(r, 5), &row.exclude);
     rows.push_back(std::move(row));
   }
   return rows;
@@ -317,10 +320,13 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
     defer(c, sub, row.msg_id);
     return false;
   }
+  // The one place every path (live, replay, tail) decides who gets a row.
+  // A hidden row stays in the position, so later ones are not held up.
+  if (!may_see(c, row))
+    return true;
   // Fast path: a single-stream subscription in step with its stream shares
   // one encoded frame (id line included) with every such connection.
-  if (sub.synced && !c.multi && shared_frame && c.subscriber.empty() &&
-      !(row.visible_to && !row.visible_to->empty())) {
+  if (sub.synced && !c.multi && shared_frame && c.subscriber.empty()) {
     OutFrame f;
     f.body = *shared_frame;
     push(c, std::move(f));
@@ -335,9 +341,6 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
     hold(c, sub, row.msg_id);
     return false;
   }
-  // Messages for an audience reach nobody until audiences exist (fail closed).
-  if (row.visible_to && !row.visible_to->empty())
-    return true;
   OutFrame f;
   f.head.reserve(token.size() + 5);
   f.head.append("id: ").append(token).append("\n");
@@ -358,6 +361,14 @@ bool Hub::deliver_to(Conn &c, Sub &sub, const Row &row,
 }
 
 // Queues one frame and counts the outcome; true when it was queued.
+bool Hub::may_see(const Conn &c, const Row &row) const {
+  if (row.exclude != 0 && row.exclude == c.id)
+    return false;
+  if (!row.visible_to || row.visible_to->empty())
+    return true;
+  return audiences_ && audiences_->visible(c.ctx, *row.visible_to);
+}
+
 bool Hub::push(Conn &c, OutFrame f) {
   const size_t bytes = f.size();
   if (server_.push(c.id, std::move(f)) == OutQueue::PushResult::Queued) {
@@ -525,6 +536,7 @@ void Hub::tail_add(StreamState &st, const Row &row,
   t.row.msg_id = row.msg_id;
   t.row.event = row.event;
   t.row.visible_to = row.visible_to;
+  t.row.exclude = row.exclude;
   t.row.enqueued_us = row.enqueued_us;
   t.body = body;
   st.tail_bytes += body->size();
@@ -722,6 +734,7 @@ void Hub::cycle(bool full) {
           row.event = std::move(e.event);
         if (!e.visible_to.empty())
           row.visible_to = std::move(e.visible_to);
+        row.exclude = e.exclude;
         if (e.ephemeral && !st->second->pos.covers(row.msg_id))
           retain_ephemeral(*st->second, row);
         dispatch(*st->second, row);
@@ -758,30 +771,52 @@ void Hub::reject(const http::Request &req, int status, const std::string &reason
 }
 
 void Hub::subscribe(const http::Request &req) {
-  if (!req.signed_name.empty()) {
-    reject(req, 404, "signed stream names are not enabled on this server\n");
+  // Credentials first (auth::Gate): a refusal says nothing of whether a
+  // private stream exists.
+  auth::Identity who;
+  std::string why;
+  const int64_t now_s = (int64_t)time(nullptr);
+  if (int status =
+          gate_.authenticate(req.signed_name, req.token, req.cookie_token, now_s, &who, &why)) {
+    reject(req, status, why + "\n");
     return;
   }
-  if (req.streams.empty()) {
+  std::vector<std::string> wanted = req.streams;
+  if (!req.signed_name.empty()) {
+    if (by_name_.count(who.signed_name) == 0)
+      reload_catalog();
+    wanted = {auth::Gate::signed_target(
+        who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
+  }
+  if (wanted.empty()) {
     reject(req, 400, "no stream named\n");
     return;
   }
   Conn c;
   c.id = req.conn_id;
-  c.multi = req.streams.size() > 1;
+  c.multi = wanted.size() > 1;
   c.subscriber = req.subscriber;
-  for (const std::string &name : req.streams) {
+  c.ctx = who.ctx;
+  bool any_private = false;
+  for (const std::string &name : wanted) {
     StreamState *st = find_by_name(name);
     if (st == nullptr) {
       load_streams("s.name = $1", {pg::Arg::txt(name)});
       st = find_by_name(name);
     }
-    if (st != nullptr && !st->info.hooked)
+    if (int status =
+            auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why)) {
+      reject(req, status, (status == 404 ? "unknown stream: " + name : why) + "\n");
+      return;
+    }
+    // Hooked only for an authorised subscriber: no DDL on an anonymous request.
+    if (!st->info.hooked)
       st = hook(st);
     if (st == nullptr) {
       reject(req, 404, "unknown stream: " + name + "\n");
       return;
     }
+    any_private |= !st->info.is_public;
     for (const Sub &s : c.subs)
       if (s.st == st) {
         reject(req, 400, "stream named twice: " + name + "\n");
@@ -790,6 +825,12 @@ void Hub::subscribe(const http::Request &req) {
     Sub sub;
     sub.st = st;
     c.subs.push_back(sub);
+  }
+  if (!req.subscriber.empty()) {
+    if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why)) {
+      reject(req, status, why + "\n");
+      return;
+    }
   }
   // The cursor: Last-Event-ID wins over ?since / ?last_event_id.
   const std::string *text = req.has_last_event_id ? &req.last_event_id
@@ -1091,11 +1132,13 @@ void Hub::apply_retention() {
   }
 }
 
-void Hub::fill_snapshot(metrics::Snapshot *out) const {
+void Hub::fill_snapshot(metrics::Snapshot *out, bool include_private) const {
   const int64_t now_pg = (int64_t)GetCurrentTimestamp();
   static_assert(metrics::kLatencyBuckets == shmem::kLatencyBuckets, "same latency buckets");
   out->streams.clear();
   for (const auto &[id, st] : streams_) {
+    if (!include_private && !st->info.is_public)
+      continue;
     metrics::StreamFigures f;
     f.name = st->info.name;
     f.horizon = st->pos.horizon;

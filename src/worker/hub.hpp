@@ -2,6 +2,9 @@
 // keeps each stream's horizon, replays backlogs and catches up after ring
 // overruns (DESIGN §3.1, §4). Runs on the worker's main thread only.
 #pragma once
+#include "core/auth.hpp"
+#include "core/auth_audience.hpp"
+#include "core/auth_gate.hpp"
 #include "core/cursor.hpp"
 #include "core/metrics.hpp"
 #include "core/outqueue.hpp"
@@ -25,8 +28,8 @@ namespace pgbs::worker {
 struct StreamInfo {
   int64_t id = 0; // catalog id, also the stream's epoch
   std::string name;
-  std::string
-      rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m
+  std::string rows_sql; // SELECT msg_id, data, event, visible_to, enqueued_us, exclude FROM <queue
+                        // ∪ archive> m
   bool is_public = true;
   bool has_retention = false;
   bool hooked = true;          // capture triggers in place (auto-attached: at first subscription)
@@ -40,6 +43,7 @@ struct Row {
   int64_t enqueued_us = 0;
   int64_t commit_us = 0;  // from the ring; 0 for rows read by replay/catch-up
   bool ephemeral = false; // no table row: cannot be paged from the table
+  uint64_t exclude = 0;   // broadcast(exclude => ...): this connection does not get it
 };
 
 struct HubCounters {
@@ -74,8 +78,13 @@ public:
   // stream_stats history (stats_enabled): rows buffered, written with the cursor flush.
   void flush_history();
   void prune_history();
-  // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls).
-  void fill_snapshot(metrics::Snapshot *out) const;
+  // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls);
+  // private streams only with include_private.
+  void fill_snapshot(metrics::Snapshot *out, bool include_private) const;
+  // Keys subscribe() verifies credentials with (start, SIGHUP).
+  void configure_auth(const auth::Secrets &s) { gate_.configure(s); }
+  // Rules of visible_to labels (owned by the caller; none: labelled messages reach no one).
+  void set_audiences(auth::Audiences *a) { audiences_ = a; }
   const HubCounters &counters() const { return counters_; }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
@@ -120,6 +129,7 @@ private:
     uint64_t id;
     bool multi = false;
     std::string subscriber;
+    std::string ctx;       // audience context (the JWT's ctx claim), "" if none
     int64_t opened_us = 0; // for stream_stats durations
     // subscriber connections: ids queued, oldest first (allocated on first use:
     // an empty std::deque costs over 500 bytes)
@@ -190,6 +200,10 @@ private:
   static std::shared_ptr<const std::string> encode_body(const Row &row);
 
   http::Server &server_;
+  auth::Gate gate_;
+  auth::Audiences *audiences_ = nullptr;
+  // Whether connection c may get row: not excluded, and in the row's audience.
+  bool may_see(const Conn &c, const Row &row) const;
   uint32_t dboid_;
   int worker_index_;
   RingReader reader_;

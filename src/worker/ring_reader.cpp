@@ -64,6 +64,7 @@ bool RingReader::drain(std::vector<RingEvent> *out) {
     if (h.dboid != dboid_)
       continue;
     RingEvent ev{h.stream_id, h.msg_id, h.commit_us};
+    ev.exclude = h.exclude;
     if (h.kind == shmem::RecordKind::Inline || h.kind == shmem::RecordKind::RowInline) {
       const char *p = buf_.data() + (o - h.len) + sizeof(RecordHeader);
       if ((uint64)sizeof(RecordHeader) + h.data_len + h.event_len + h.visible_len > h.len)

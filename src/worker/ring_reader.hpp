@@ -20,6 +20,7 @@ struct RingEvent {
   bool has_payload = false; // data/event/visible_to below
   bool ephemeral = false;   // and no table row
   std::string data, event, visible_to;
+  uint64_t exclude = 0; // connection id that must not get it (0: none)
 };
 
 class RingReader {

@@ -130,7 +130,7 @@ sse 1 -H 'Origin: https://b.example' "$URL/streams/chat"
 same_text "CORS: allowed origin echoed" "https://b.example" "$(hdr "$T/h" access-control-allow-origin)"
 same_text "CORS: Vary: Origin" "Origin" "$(hdr "$T/h" vary)"
 same_text "CORS: header set" \
-  "access-control-allow-origin cache-control content-type date transfer-encoding vary x-accel-buffering " \
+  "access-control-allow-credentials access-control-allow-origin cache-control content-type date transfer-encoding vary x-accel-buffering " \
   "$(header_names "$T/h")"
 curl -sS -D "$T/h" -o "$T/b" --max-time 2 -H 'Origin: https://evil.example' "$URL/streams/chat"
 same_text "CORS: other origin refused: 403" 403 "$(status "$T/h")"

@@ -19,7 +19,7 @@ use PgbusNode qw(sql_literal);
 
 my $c;
 
-my $pg = PgbusNode->new('gem', extension => 0, conf => "pgbus_stream.retention_interval = 1\n");
+my $pg = PgbusNode->new('gem', extension => 0, bearer_all => 1, conf => "pgbus_stream.retention_interval = 1\n");
 my $fixture = slurp_file("$FindBin::Bin/../lib/pgmq_fixture.sql");
 $pg->safe_psql('postgres', $fixture);
 

@@ -18,7 +18,7 @@ use Time::HiRes qw(time);
 use PgbusNode;
 
 my $half = 5000;
-my $pg = PgbusNode->new('gemscale', extension => 0, timeout => 120,
+my $pg = PgbusNode->new('gemscale', extension => 0, bearer_all => 1, timeout => 120,
 	conf => "max_locks_per_transaction = 256\nfsync = off\n");
 $pg->safe_psql('postgres', slurp_file("$FindBin::Bin/../lib/pgmq_fixture.sql"));
 # The gem's queue for record i: queue_name('ai_chat_<i>:messages').
