@@ -21,7 +21,7 @@ TEMP_INSTANCE_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=$
 PG_CONFIG ?= pg_config
 PG_CPPFLAGS = -Isrc $(shell pkg-config --cflags libmicrohttpd)
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-unused-parameter -Wno-missing-field-initializers $(WERROR)
-SHLIB_LINK  = $(shell pkg-config --libs libmicrohttpd) -lstdc++
+SHLIB_LINK  = $(shell pkg-config --libs libmicrohttpd) -lcrypto -lstdc++
 EXTRA_CLEAN = tmp_check_regress results regression.diffs regression.out
 
 # Track header dependencies (.deps/); no LLVM bitcode for C++ sources; no

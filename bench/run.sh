@@ -46,9 +46,9 @@ SLOW_PAD=2048
 STALLED=0               # run_load: clients that stop reading, started before the live ones
 PGBUS_READY_EVENT="pgbus:connected"
 PGBUS_BROADCAST_SQL='SELECT pgbus_stream.broadcast($1, $2)'
-PGBUS_CREATE_SQL="SELECT pgbus_stream.create_stream(%s)"     # %s -> quoted stream name
+PGBUS_CREATE_SQL="SELECT pgbus_stream.create_stream(%s, public => true)"     # %s -> quoted stream name
 HOOK_TABLE=pgbus_stream.q_bench_hook                          # attach() finds pgmq.q_<queue> or pgbus_stream.q_<queue>
-PGBUS_ATTACH_SQL="SELECT pgbus_stream.attach('bench_hook')"
+PGBUS_ATTACH_SQL="SELECT pgbus_stream.attach('bench_hook', public => true)"
 PGBUS_CONF="pgbus_stream.max_connections = 20000"             # extra postgresql.conf lines, ';'-separated
 
 usage() {

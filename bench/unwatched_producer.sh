@@ -14,8 +14,11 @@
 #   send_plain        SELECT pgmq.send('jobs_plain', ...)
 #   send_unwatched    SELECT pgmq.send('pgbus_jobs', ...)
 #   send_watched      SELECT pgmq.send('pgbus_chat', ...) with one SSE subscriber
-#   send_gem_notify   same queue kind with PGMQ's NOTIFY trigger (throttle 0), as
-#                     the gem creates stream queues unless listen_notify is off
+#   send_gem_notify   SELECT pgmq.send('pgbus_gem', ...), watched too, with PGMQ's
+#                     NOTIFY trigger (throttle 0), as the gem creates stream
+#                     queues unless listen_notify is off
+# An auto-attached queue gets its capture triggers at its first subscription,
+# so the unwatched variants measure what a job queue costs its producers.
 # Needs pgbus_stream installed (make install) and curl.
 set -euo pipefail
 ROUNDS=5 SECONDS_PER_RUN=8 CLIENTS=8
@@ -38,7 +41,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u pgbus -- "$@"; else "$@"; fi; }
 [ "$(id -u)" = 0 ] && chown pgbus "$TMP"
 SSE_PID=
 cleanup() {
-  [ -n "$SSE_PID" ] && kill "$SSE_PID" 2>/dev/null || true
+  [ -n "$SSE_PID" ] && kill $SSE_PID 2>/dev/null || true
   as_pg "$BIN/pg_ctl" -D "$TMP/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$TMP"
 }
@@ -64,7 +67,10 @@ psql -c "CREATE EXTENSION pgbus_stream" \
 psql -At -c "SELECT string_agg(name || '<-' || queue_name, ' ') FROM pgbus_stream.streams"
 curl -sN "http://127.0.0.1:$HTTPPORT/streams/chat" >/dev/null &
 SSE_PID=$!
+curl -sN "http://127.0.0.1:$HTTPPORT/streams/gem" >/dev/null &
+SSE_PID="$SSE_PID $!"
 sleep 1
+psql -At -c "SELECT 'hooked: ' || string_agg(name || '=' || hooked, ' ' ORDER BY name) FROM pgbus_stream.streams"
 MSG='{"html":"<turbo-stream action=\"append\" target=\"jobs\"><template><p>job 42</p></template></turbo-stream>"}'
 variants=(insert_plain insert_unwatched send_plain send_unwatched send_watched send_gem_notify)
 stmt() {
@@ -138,4 +144,4 @@ echo "cost of capture, unwatched, backend CPU: $(overhead cpu_unwatched cpu_plai
 echo "cost of capture, unwatched, INSERT:      $(overhead insert_plain insert_unwatched) time per insert"
 echo "cost of capture, unwatched, pgmq.send:   $(overhead send_plain send_unwatched) time per send"
 echo "cost of capture, watched, pgmq.send:     $(overhead send_plain send_watched) time per send"
-echo "gem NOTIFY trigger + capture vs capture: $(overhead send_unwatched send_gem_notify) time per send"
+echo "gem NOTIFY trigger + capture vs capture: $(overhead send_watched send_gem_notify) time per send (both watched)"

@@ -101,9 +101,9 @@ CONF
 "${PGCTL[@]}" -w start >/dev/null || { tail -n 20 "$CLUSTER/server.log"; exit 1; }
 echo "PostgreSQL on port $PG_PORT (socket in $CLUSTER), SSE on 127.0.0.1:$SSE_PORT"
 
-say "CREATE EXTENSION pgbus_stream; SELECT pgbus_stream.create_stream('demo');"
+say "CREATE EXTENSION pgbus_stream; SELECT pgbus_stream.create_stream('demo', public => true);"
 "${PSQL[@]}" -c 'CREATE EXTENSION pgbus_stream' \
-	-c "SELECT name, queue_schema || '.' || queue_table AS queue, kind FROM pgbus_stream.create_stream('demo')"
+	-c "SELECT name, queue_schema || '.' || queue_table AS queue, kind FROM pgbus_stream.create_stream('demo', public => true)"
 
 URL="http://127.0.0.1:$SSE_PORT/streams/demo"
 # wait for the listener

@@ -104,6 +104,28 @@ SELECT pgbus_stream.set_retention('eph', '-1 day');
 SELECT pgbus_stream.set_retention('eph', NULL, 0);
 SELECT pgbus_stream.set_retention('nope', '1 day');
 
+-- access control: private by default, set_public, audiences, exclude, tokens
+SELECT public FROM pgbus_stream.streams WHERE name = 'eph';
+SELECT pgbus_stream.set_public('eph', true);
+SELECT public FROM pgbus_stream.streams WHERE name = 'eph';
+SELECT pgbus_stream.set_public('eph', NULL);
+SELECT pgbus_stream.define_audience('admins', '$.role ? (@ == "admin")');
+SELECT pgbus_stream.define_audience('admins', '$.admin');
+SELECT label, rule FROM pgbus_stream.audiences;
+SELECT pgbus_stream.define_audience('bad label', '$.x');
+SELECT pgbus_stream.define_audience('x', NULL);
+SELECT pgbus_stream.drop_audience('admins');
+SELECT count(*) AS audiences FROM pgbus_stream.audiences;
+SELECT pgbus_stream.broadcast('eph', 'x', exclude => 'not-an-id');
+SELECT pgbus_stream.broadcast('eph', 'not to 1', exclude => '0000000000000001') > 0 AS ok;
+SELECT message->'exclude' AS exclude FROM pgbus_stream.q_pgbus_eph ORDER BY msg_id DESC LIMIT 1;
+SELECT pgbus_stream.sign_token(ARRAY['chat'], '1 hour');
+SELECT pgbus_stream._publish(1, 'not_a_queue'::regclass, 'x', NULL, NULL, NULL);
+SELECT has_function_privilege('public', 'pgbus_stream._capture()', 'EXECUTE') AS public_capture,
+       has_function_privilege('public', 'pgbus_stream.connections()', 'EXECUTE') AS public_connections,
+       has_function_privilege('pgbus_stream_monitor', 'pgbus_stream.connections()', 'EXECUTE') AS monitor_connections,
+       pg_has_role('pg_monitor', 'pgbus_stream_monitor', 'MEMBER') AS pg_monitor_member;
+
 -- a re-created stream gets a new id (its epoch), above every id given so far
 SELECT max(id) AS max_id FROM pgbus_stream.streams \gset
 SELECT (pgbus_stream.create_stream('chat')).id > :max_id AS new_epoch;

@@ -11,13 +11,14 @@ CREATE TABLE @extschema@.streams (
   queue_table   text NOT NULL,
   archive_table text,
   kind          text NOT NULL CHECK (kind IN ('pgmq', 'builtin')),
-  public        boolean NOT NULL DEFAULT true,
+  public        boolean NOT NULL DEFAULT false,  -- private streams need a credential
   retention     interval,
   retention_max bigint CHECK (retention_max > 0),
   retention_floor bigint NOT NULL DEFAULT 0,  -- highest msg_id retention removed
   created_at    timestamptz NOT NULL DEFAULT now(),
   auto_attached boolean NOT NULL DEFAULT false,  -- captured by pgbus_stream.auto_attach
   retention_set boolean NOT NULL DEFAULT false,  -- retention configured: default_retention does not apply
+  hooked        boolean NOT NULL DEFAULT true,   -- capture triggers on the queue (auto-attached: at first subscription)
   UNIQUE (queue_schema, queue_table)
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.streams', '');
@@ -57,8 +58,12 @@ SELECT pg_catalog.pg_extension_config_dump(pg_get_serial_sequence('@extschema@.s
 
 REVOKE ALL ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats FROM PUBLIC;
 
+-- The capture trigger function. Not executable by PUBLIC: only who may
+-- hook a queue (create_stream/attach) puts it on a table. It checks that the
+-- stream id it is given is the one the catalog records for its table.
 CREATE FUNCTION @extschema@._capture() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._capture() FROM PUBLIC;
 
 CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint, fresh boolean DEFAULT false) RETURNS void
   AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
@@ -113,27 +118,46 @@ BEGIN
     p_archive := NULL;
   END IF;
   INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public,
-                                   retention, retention_set, auto_attached)
+                                   retention, retention_set, auto_attached, hooked)
   VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention, p_retention IS NOT NULL,
-          p_auto)
+          p_auto, false)
   RETURNING * INTO s;
-  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %s FOR EACH STATEMENT '
-                 'EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
-  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %s REFERENCING NEW TABLE AS pgbus_new '
-                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', rel, s.id);
   IF p_auto THEN
-    -- Workers learn of it from its first commit or subscription; shared
-    -- memory gets an entry only once it is written or watched.
+    -- No triggers until someone subscribes (_hook_triggers): a queue nobody
+    -- watches, like the gem's job queues, costs its producers nothing.
+    -- Workers learn of the stream from its first subscription.
     PERFORM @extschema@._stream_born(s.id);
-  ELSE
-    PERFORM @extschema@._catalog_changed(s.id, true);
+    RETURN s;
   END IF;
+  PERFORM @extschema@._hook_triggers(s.id);
+  PERFORM @extschema@._catalog_changed(s.id, true);
+  SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
   RETURN s;
 END $$;
 
+-- _hook_triggers puts the capture triggers on a stream's queue table. For an
+-- auto-attached stream the worker calls it at the first subscription: CREATE
+-- TRIGGER waits for the inserts in flight, so every row committed before it
+-- is in the table (replayed from there) and every later one is captured.
+CREATE FUNCTION @extschema@._hook_triggers(stream_id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams;
+BEGIN
+  SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id FOR UPDATE;
+  IF NOT FOUND OR s.hooked THEN
+    RETURN;
+  END IF;
+  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %I.%I FOR EACH STATEMENT '
+                 'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I REFERENCING NEW TABLE AS pgbus_new '
+                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  UPDATE @extschema@.streams SET hooked = true WHERE id = s.id;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@._hook_triggers(bigint) FROM PUBLIC;
+
 -- create_stream makes a queue for a stream (a PGMQ queue when PGMQ is
 -- installed, else a built-in table with PGMQ's layout) and hooks it.
-CREATE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT true,
+CREATE FUNCTION @extschema@.create_stream(name text, public boolean DEFAULT false,
                                           retention interval DEFAULT NULL)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
@@ -191,7 +215,7 @@ END $$;
 -- attach hooks an existing PGMQ queue (e.g. pgbus_chat made by the pgbus gem);
 -- the stream is named after the queue without pgbus_stream.queue_prefix.
 CREATE FUNCTION @extschema@.attach(queue_name text, stream_name text DEFAULT NULL,
-                                   public boolean DEFAULT true)
+                                   public boolean DEFAULT false)
 RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
   sname text := coalesce(stream_name, @extschema@._stream_name_of(queue_name));
@@ -264,22 +288,38 @@ BEGIN
   END IF;
 END $$;
 
-CREATE FUNCTION @extschema@._publish_ephemeral(stream_id bigint, seq regclass, data text, event text,
-                                               visible_to text) RETURNS bigint
-  AS 'MODULE_PATHNAME', 'pgbus_stream_publish_ephemeral' LANGUAGE C;
-REVOKE ALL ON FUNCTION @extschema@._publish_ephemeral(bigint, regclass, text, text, text) FROM PUBLIC;
+-- _broadcast_target gives broadcast() a stream's id and queue table, for any
+-- caller (the catalog itself is not readable by PUBLIC); broadcast() then
+-- checks the caller's INSERT privilege on the queue.
+CREATE FUNCTION @extschema@._broadcast_target(p_stream text, OUT stream_id bigint, OUT queue regclass)
+  AS 'MODULE_PATHNAME', 'pgbus_stream_broadcast_target' LANGUAGE C STABLE;
+
+-- _publish(stream_id, queue, data, event, visible_to, exclude): a broadcast
+-- without a table row. It checks that the caller may INSERT into the queue and
+-- that the queue is the stream's, takes an id from the queue's msg_id
+-- sequence, and sends the payload through the ring at commit.
+CREATE FUNCTION @extschema@._publish(stream_id bigint, queue regclass, data text, event text,
+                                     visible_to text, exclude text) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_publish' LANGUAGE C;
+
+-- _captured_id is the msg_id of the row this backend's last captured INSERT wrote.
+CREATE FUNCTION @extschema@._captured_id() RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_captured_id' LANGUAGE C;
 
 -- broadcast writes the pgbus envelope into the stream's queue inside the
 -- caller's transaction and returns its msg_id; subscribers get it at commit.
--- durable => false writes no row: the event takes an id from the queue's
--- sequence, travels through shared memory at commit, and stays replayable
--- only from the workers' memory (pgbus_stream.memory_retention).
+-- It runs with the caller's rights: publishing needs INSERT on the stream's
+-- queue table (and USAGE on its schema). durable => false writes no row: the
+-- event takes an id from the queue's sequence, travels through shared memory
+-- at commit, and stays replayable only from the workers' memory
+-- (pgbus_stream.memory_retention). exclude names one connection (the
+-- connectionId of its pgbus:connected event) that does not get this message.
 CREATE FUNCTION @extschema@.broadcast(stream text, data text, event text DEFAULT NULL,
-                                      visible_to text DEFAULT NULL, durable boolean DEFAULT true)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+                                      visible_to text DEFAULT NULL, durable boolean DEFAULT true,
+                                      exclude text DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  s @extschema@.streams := @extschema@._stream(stream);
-  id bigint;
+  t record := @extschema@._broadcast_target(stream);
 BEGIN
   IF data IS NULL THEN
     RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -289,19 +329,26 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
   END IF;
-  IF durable IS NOT TRUE THEN
-    RETURN @extschema@._publish_ephemeral(s.id,
-             pg_get_serial_sequence(format('%I.%I', s.queue_schema, s.queue_table), 'msg_id')::regclass,
-             data, event, visible_to);
+  IF exclude IS NOT NULL AND exclude !~ '^[0-9a-f]{16}$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid connection id %', quote_literal(exclude)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use the connectionId of a pgbus:connected event (16 hex digits).';
   END IF;
-  EXECUTE format('INSERT INTO %I.%I (vt, message) VALUES (clock_timestamp(), $1) RETURNING msg_id',
-                 s.queue_schema, s.queue_table)
-    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to))
-    INTO id;
-  RETURN id;
+  IF NOT has_table_privilege(t.queue, 'INSERT') THEN
+    RAISE EXCEPTION 'pgbus_stream: permission denied to broadcast to stream "%"', stream
+      USING ERRCODE = 'insufficient_privilege',
+            HINT = format('GRANT INSERT ON %s TO the publishing role.', t.queue);
+  END IF;
+  IF durable IS NOT TRUE THEN
+    RETURN @extschema@._publish(t.stream_id, t.queue, data, event, visible_to, exclude);
+  END IF;
+  EXECUTE format('INSERT INTO %s (vt, message) VALUES (clock_timestamp(), $1)', t.queue)
+    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to,
+                                               'exclude', exclude));
+  RETURN @extschema@._captured_id();
 END $$;
 
--- _read builds the worker's query for a stream's rows: queue and archive,
+-- _rows_sql builds the worker's query for a stream's rows: queue and archive,
 -- envelope fields extracted (any other JSON is sent as its text).
 CREATE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
 LANGUAGE sql STABLE AS $$
@@ -310,7 +357,8 @@ LANGUAGE sql STABLE AS $$
            ELSE message::text END,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
-      (extract(epoch FROM enqueued_at) * 1000000)::bigint
+      (extract(epoch FROM enqueued_at) * 1000000)::bigint,
+      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'exclude' END
     FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
     s.queue_schema, s.queue_table,
     CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL
@@ -531,7 +579,9 @@ BEGIN
    WHERE queue_schema = p_schema AND queue_table = p_table AND auto_attached
   RETURNING * INTO s;
   IF FOUND THEN
+    PERFORM @extschema@._hook_triggers(s.id);
     PERFORM @extschema@._catalog_changed(s.id);
+    SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
   END IF;
   RETURN s;
 END $$;
@@ -585,7 +635,7 @@ END $$;
 -- pgmq.a_<queue> as the archive of its stream. pgmq.create() runs as the
 -- application's role, hence SECURITY DEFINER.
 CREATE FUNCTION @extschema@._on_create_table() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   rel oid;
   t text;
@@ -612,7 +662,7 @@ REVOKE ALL ON FUNCTION @extschema@._on_create_table() FROM PUBLIC;
 -- _on_drop (event trigger, sql_drop) forgets the streams whose queue table
 -- was dropped (pgmq.drop_queue, DROP TABLE, DROP SCHEMA pgmq CASCADE).
 CREATE FUNCTION @extschema@._on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE n integer;
 BEGIN
   IF to_regclass('@extschema@.streams') IS NULL THEN
@@ -636,3 +686,78 @@ CREATE EVENT TRIGGER pgbus_stream_forget_dropped ON sql_drop
   EXECUTE FUNCTION @extschema@._on_drop();
 
 SELECT @extschema@.attach_matching();
+
+-- ---- Access control -------------------------------------------------------
+
+-- set_public makes a stream readable without a credential (true) or private.
+CREATE FUNCTION @extschema@.set_public(name text, public boolean) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+BEGIN
+  IF public IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: public must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  UPDATE @extschema@.streams SET public = set_public.public WHERE id = s.id;
+  PERFORM @extschema@._catalog_changed(s.id);
+END $$;
+
+-- sign_token mints an HS256 JWT with pgbus_stream.jwt_secret: streams
+-- (names or patterns such as 'chat:*'), valid for ttl, with an optional
+-- subscriber identity (sub) and audience context (ctx, a JSON object).
+CREATE FUNCTION @extschema@.sign_token(streams text[], ttl interval, sub text DEFAULT NULL,
+                                       ctx jsonb DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_sign_token' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.sign_token(text[], interval, text, jsonb) FROM PUBLIC;
+
+-- Audiences: a message broadcast with visible_to => label reaches a
+-- connection only if the label's rule (a jsonpath) matches the connection's
+-- context (the ctx claim of its JWT). The workers read the rules again when
+-- a definition commits.
+CREATE TABLE @extschema@.audiences (
+  label      text PRIMARY KEY CHECK (label ~ '^[!-~]{1,64}$'),
+  rule       jsonpath NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.audiences', '');
+REVOKE ALL ON @extschema@.audiences FROM PUBLIC;
+
+-- define_audience creates or replaces the rule of an audience label.
+CREATE FUNCTION @extschema@.define_audience(label text, rule jsonpath) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF label IS NULL OR label !~ '^[!-~]{1,64}$' THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid audience label %', quote_nullable(label)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Labels are 1 to 64 printable ASCII characters without spaces.';
+  END IF;
+  IF rule IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: audience rule must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  INSERT INTO @extschema@.audiences (label, rule) VALUES (define_audience.label, define_audience.rule)
+  ON CONFLICT ON CONSTRAINT audiences_pkey DO UPDATE SET rule = EXCLUDED.rule, updated_at = now();
+  PERFORM @extschema@._catalog_changed(NULL); -- the workers read the rules again at commit
+END $$;
+
+-- drop_audience removes an audience: its messages then reach no one.
+CREATE FUNCTION @extschema@.drop_audience(label text) RETURNS void LANGUAGE sql AS $$
+  DELETE FROM @extschema@.audiences a WHERE a.label = drop_audience.label;
+  SELECT @extschema@._catalog_changed(NULL);
+$$;
+
+-- Live figures show subscriber ids, client addresses and private stream
+-- names: superusers and members of pgbus_stream_monitor (which pg_monitor
+-- members are) only.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgbus_stream_monitor') THEN
+    CREATE ROLE pgbus_stream_monitor NOLOGIN;
+  END IF;
+END $$;
+GRANT pgbus_stream_monitor TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.connections(), @extschema@.diagnostics(), @extschema@.stats(),
+  @extschema@.alerts(), @extschema@.workers(), @extschema@._stream_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.connections(), @extschema@.diagnostics(), @extschema@.stats(),
+  @extschema@.alerts(), @extschema@.workers(), @extschema@._stream_stats(),
+  @extschema@._oldest_id(@extschema@.streams) TO pgbus_stream_monitor;
+GRANT USAGE ON SCHEMA @extschema@ TO pgbus_stream_monitor;
+GRANT SELECT ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats,
+  @extschema@.audiences TO pgbus_stream_monitor;

@@ -49,6 +49,10 @@ int diagnostics_size = 512;
 int shutdown_policy = 0;
 char *admin_token = nullptr;
 bool admin_loopback_only = false;
+char *signing_secret = nullptr;
+char *secret_key_base = nullptr;
+char *jwt_secret = nullptr;
+char *token_cookie = nullptr;
 bool stats_enabled = false;
 int stats_max_age_s = 7 * 86400;
 } // namespace pgbs::guc
@@ -239,6 +243,25 @@ static void define_gucs() {
       "Bearer token required by /, /metrics, /stats.json and /healthz (empty: none).", nullptr,
       &admin_token, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr,
       nullptr);
+  // Credentials of private streams: superuser-only and hidden like admin_token.
+  constexpr int kSecret = GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL;
+  DefineCustomStringVariable("pgbus_stream.signing_secret",
+                             "Key of pgbus signed stream names (the gem's "
+                             "streams_signed_name_secret; empty: none).",
+                             nullptr, &signing_secret, "", PGC_SIGHUP, kSecret, nullptr, nullptr,
+                             nullptr);
+  DefineCustomStringVariable("pgbus_stream.secret_key_base",
+                             "The Rails app's secret_key_base: accepts its turbo-rails signed "
+                             "stream names (empty: none).",
+                             nullptr, &secret_key_base, "", PGC_SIGHUP, kSecret, nullptr, nullptr,
+                             nullptr);
+  DefineCustomStringVariable("pgbus_stream.jwt_secret",
+                             "HS256 key of stream JWTs and sign_token() (empty: none).", nullptr,
+                             &jwt_secret, "", PGC_SIGHUP, kSecret, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pgbus_stream.token_cookie",
+                             "Cookie that may carry a stream JWT (empty: cookies are not read).",
+                             nullptr, &token_cookie, "", PGC_SIGHUP, kSecret, nullptr, nullptr,
+                             nullptr);
   DefineCustomBoolVariable("pgbus_stream.admin_loopback_only",
                            "Answer /, /metrics, /stats.json and /healthz only to loopback clients.",
                            nullptr, &admin_loopback_only, false, PGC_SIGHUP, 0, nullptr, nullptr,

@@ -34,6 +34,10 @@ extern int diagnostics_size;
 extern int shutdown_policy; // 0 drain, 1 discard
 extern char *admin_token;
 extern bool admin_loopback_only;
+extern char *signing_secret;
+extern char *secret_key_base;
+extern char *jwt_secret;
+extern char *token_cookie;
 extern bool stats_enabled;
 extern int stats_max_age_s;
 } // namespace pgbs::guc

@@ -70,7 +70,7 @@ ALL_STAGES=(deps build install regress unit unit-san engine http fuzz tap browse
 # Debian package).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
 	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-	libpq-dev libmicrohttpd-dev libipc-run-perl perl curl procps passwd util-linux
+	libpq-dev libmicrohttpd-dev libssl-dev libipc-run-perl perl curl procps passwd util-linux
 	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian)
 
 ONLY=""
@@ -236,6 +236,7 @@ prepare_check_dir() {
 	cp "$REPO"/test/t/*.pl "$CHECK_DIR/tree/test/t/" 2>/dev/null
 	cp -R "$REPO/test/lib" "$CHECK_DIR/tree/test/" || return 1
 	[ -d "$REPO/test/e2e" ] && cp -R "$REPO/test/e2e" "$CHECK_DIR/tree/test/"
+	[ -d "$REPO/test/unit/fixtures" ] && mkdir -p "$CHECK_DIR/tree/test/unit" && cp -R "$REPO/test/unit/fixtures" "$CHECK_DIR/tree/test/unit/"
 	if [ $IS_ROOT -eq 1 ]; then
 		chown -R "$TEST_USER:" "$CHECK_DIR" || return 1
 		# The test user must be able to reach the directory.

@@ -8,6 +8,7 @@
 // objects, nothing that throws), so a PostgreSQL error here never skips a C++
 // destructor. Everything that can fail happens in the triggers; the commit
 // callback only copies into the ring, bumps atomics and sets latches.
+#include "core/auth.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/ring_record.hpp"
@@ -30,10 +31,16 @@ extern "C" {
 #include "utils/jsonb.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
+#include "utils/acl.h"
+#include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture);
 PG_FUNCTION_INFO_V1(pgbus_stream_catalog_changed);
 PG_FUNCTION_INFO_V1(pgbus_stream_publish_ephemeral);
+PG_FUNCTION_INFO_V1(pgbus_stream_publish);
+PG_FUNCTION_INFO_V1(pgbus_stream_captured_id);
 }
 
 namespace pgbs::capture {
@@ -59,6 +66,7 @@ struct PendingRow {
   char *payload;  // data, event, visible_to back to back (TopTransactionContext), or NULL
   bool ephemeral; // no table row: never dropped from local memory
   uint32 data_len, event_len, visible_len;
+  uint64 exclude; // broadcast's exclude: a connection id (0: none)
 };
 
 Size record_size(const PendingRow *r) {
@@ -89,6 +97,10 @@ struct TxState {
 };
 
 TxState tx;
+// Highest msg_id the last AFTER trigger call collected in this backend (0:
+// none): broadcast() returns it, so publishing needs INSERT only, not the
+// SELECT that INSERT ... RETURNING would.
+int64 last_captured_id = 0;
 
 shmem::BackendSlot *my_slot() { return &shmem::shared()->slots[MyProc->pgprocno]; }
 
@@ -153,7 +165,8 @@ TxStream *register_stream(int64 stream_id) {
 // ones (payload != NULL) have no row, so they are always kept and bounded by
 // bytes in publish_ephemeral().
 void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0,
-             uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false) {
+             uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false,
+             uint64 exclude = 0) {
   // The horizon may already have passed an id at or below the floor: a
   // subscriber would never get this row. Refused here, never skipped.
   if (msg_id <= ts->floor)
@@ -207,6 +220,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   r->data_len = data_len;
   r->event_len = event_len;
   r->visible_len = visible_len;
+  r->exclude = exclude;
 }
 
 void clear_slot() {
@@ -302,6 +316,7 @@ void publish_commit() {
       h.data_len = r->data_len;
       h.event_len = r->event_len;
       h.visible_len = r->visible_len;
+      h.exclude = r->exclude;
       ring::write_record(s->ring, s->ring_capacity, head, h, r->payload);
       head += h.len;
     }
@@ -386,7 +401,8 @@ bool envelope_member(JsonbContainer *root, const char *key, const char **val, in
 // workers need not read the row back: the pgbus envelope's fields, or the
 // JSON text of any other message. Returns NULL when the row is to be read by
 // the worker (too large, or an envelope with non-string members).
-char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len) {
+char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len,
+                     uint64 *exclude) {
   // Budgeted before anything is converted: the JSON text is about the size of
   // the stored value, and a statement of many rows must not convert them all
   // only to find the budget spent.
@@ -416,8 +432,12 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
         return nullptr;
       }
     }
+    const char *ex = nullptr;
+    int exlen = 0;
     if (!envelope_member(&jb->root, "event", &parts[1], &lens[1]) ||
-        !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]))
+        !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]) ||
+        !envelope_member(&jb->root, "exclude", &ex, &exlen) ||
+        (ex != nullptr && !pgbs::auth::parse_connection_id(std::string_view(ex, exlen), exclude)))
       return nullptr;
   }
   if (!has_html) {
@@ -473,7 +493,9 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
              errmsg("pgbus_stream._capture() must be a statement-level INSERT trigger with the "
                     "stream id as its argument")));
   int64 stream_id = pg_strtoint64(td->tg_trigger->tgargs[0]);
+  check_stream_table(stream_id, RelationGetRelid(td->tg_relation), fcinfo->flinfo->fn_oid);
   TxStream *ts = register_stream(stream_id);
+  last_captured_id = 0;
   if (TRIGGER_FIRED_BEFORE(td->tg_event))
     return PointerGetDatum(NULL);
 
@@ -508,19 +530,21 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
     Datum d = slot_getattr(slot, attnum, &isnull);
     if (isnull)
       continue;
+    last_captured_id = Max(last_captured_id, DatumGetInt64(d));
     char *payload = nullptr;
     uint32 lens[3] = {0, 0, 0};
+    uint64 exclude = 0;
     if (message_attnum > 0 && !tx.overflowed && !tx.inline_full) {
       bool mnull;
       Datum m = slot_getattr(slot, message_attnum, &mnull);
       if (!mnull) {
         MemoryContext old = MemoryContextSwitchTo(row_cxt);
-        payload = inline_payload(m, &lens[0], &lens[1], &lens[2]);
+        payload = inline_payload(m, &lens[0], &lens[1], &lens[2], &exclude);
         MemoryContextSwitchTo(old);
         MemoryContextReset(row_cxt);
       }
     }
-    collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2]);
+    collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
   }
   MemoryContextDelete(row_cxt);
   tuplestore_select_read_pointer(rows, 0);
@@ -538,18 +562,14 @@ extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
   PG_RETURN_VOID();
 }
 
-// pgbus_stream._publish_ephemeral(stream_id, seq, data, event, visible_to):
-// an event without a table row. Its id comes from the queue's own sequence
-// (after the floor is published, like any insert), and its payload travels in
-// the ring at commit.
-extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
-  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                    errmsg("pgbus_stream: stream, sequence and data must not be NULL")));
-  int64 stream_id = PG_GETARG_INT64(0);
-  Oid seq = PG_GETARG_OID(1);
-  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
-                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+namespace {
+
+// An event without a table row: its id comes from the queue's sequence
+// (after the floor is published, like any insert; check_permissions as
+// nextval() would), its payload (data, event, visible_to, any NULL but data)
+// travels in the ring at commit.
+int64 publish_inline(int64 stream_id, Oid seq, bool check_permissions, text *const parts[3],
+                     uint64 exclude) {
   uint32 lens[3];
   Size total = 0;
   for (int i = 0; i < 3; i++) {
@@ -564,7 +584,7 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
          errmsg("pgbus_stream: ephemeral broadcasts of one transaction exceed %zu bytes", limit),
          errhint("Use durable broadcasts for large payloads, or raise pgbus_stream.ring_size.")));
   TxStream *ts = register_stream(stream_id);
-  int64 id = nextval_internal(seq, true);
+  int64 id = nextval_internal(seq, check_permissions);
   char *payload = (char *)MemoryContextAlloc(TopTransactionContext, total + 1);
   Size off = 0;
   for (int i = 0; i < 3; i++)
@@ -573,6 +593,55 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
       off += lens[i];
     }
   tx.inline_bytes += total + sizeof(pgbs::ring::Header);
-  collect(ts, id, payload, lens[0], lens[1], lens[2], true);
-  PG_RETURN_INT64(id);
+  collect(ts, id, payload, lens[0], lens[1], lens[2], true, exclude);
+  return id;
 }
+
+} // namespace
+
+// pgbus_stream._publish_ephemeral(stream_id, seq, data, event, visible_to):
+// the 0.1.0 interface (called by 0.1.0's SECURITY DEFINER broadcast only).
+extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream, sequence and data must not be NULL")));
+  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
+                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+  PG_RETURN_INT64(publish_inline(PG_GETARG_INT64(0), PG_GETARG_OID(1), true, parts, 0));
+}
+
+// pgbus_stream._publish(stream_id, queue, data, event, visible_to, exclude):
+// an ephemeral broadcast, for a caller allowed to INSERT into the stream's
+// queue, into that very stream.
+extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream, queue and data must not be NULL")));
+  int64 stream_id = PG_GETARG_INT64(0);
+  Oid queue = PG_GETARG_OID(1);
+  if (pg_class_aclcheck(queue, GetUserId(), ACL_INSERT) != ACLCHECK_OK)
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("pgbus_stream: permission denied to broadcast to this stream"),
+                    errhint("GRANT INSERT ON the stream's queue table to the publishing role.")));
+  check_stream_table(stream_id, queue, fcinfo->flinfo->fn_oid);
+  uint64 exclude = 0;
+  if (!PG_ARGISNULL(5)) {
+    text *ex = PG_GETARG_TEXT_PP(5);
+    if (!pgbs::auth::parse_connection_id(std::string_view(VARDATA_ANY(ex), VARSIZE_ANY_EXHDR(ex)),
+                                         &exclude))
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("pgbus_stream: invalid connection id to exclude")));
+  }
+  List *owned = getOwnedSequences(queue);
+  if (list_length(owned) != 1)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("pgbus_stream: queue %s has no msg_id sequence", get_rel_name(queue))));
+  text *parts[3] = {PG_GETARG_TEXT_PP(2), PG_ARGISNULL(3) ? nullptr : PG_GETARG_TEXT_PP(3),
+                    PG_ARGISNULL(4) ? nullptr : PG_GETARG_TEXT_PP(4)};
+  // INSERT on the queue is what it takes, as for an identity column.
+  PG_RETURN_INT64(publish_inline(stream_id, linitial_oid(owned), false, parts, exclude));
+}
+
+// pgbus_stream._captured_id(): the msg_id of the row the last captured INSERT
+// of this backend wrote (its highest, for several rows; 0 if none).
+extern "C" Datum pgbus_stream_captured_id(PG_FUNCTION_ARGS) { PG_RETURN_INT64(last_captured_id); }

@@ -63,13 +63,32 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
     obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
     return true;
   };
-  if (req.streams.empty())
+  // Credentials first (auth::Gate): a refusal says nothing of whether a
+  // private stream exists.
+  auth::Identity who;
+  std::string why;
+  if (int status = gate_.authenticate(req.signed_name, req.token, req.cookie_token, req.now_unix_s,
+                                      &who, &why))
+    return reject(status, why + "\n");
+  std::vector<std::string> wanted = req.streams;
+  if (!req.signed_name.empty()) {
+    if (by_name_.count(who.signed_name) == 0) {
+      CatalogFilter one;
+      one.name = who.signed_name;
+      load_streams(one);
+    }
+    wanted = {auth::Gate::signed_target(
+        who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
+  }
+  if (wanted.empty())
     return reject(400, "no stream named\n");
   auto c = std::make_unique<Connection>();
   c->id = req.conn_id;
-  c->multi = req.streams.size() > 1;
+  c->multi = wanted.size() > 1;
   c->subscriber = req.subscriber;
-  for (const std::string &name : req.streams) {
+  c->ctx = who.ctx;
+  bool any_private = false;
+  for (const std::string &name : wanted) {
     Stream *st = find_by_name(name);
     if (st == nullptr) {
       CatalogFilter one;
@@ -78,8 +97,13 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
         return reject(503, "stream unavailable: cannot read the catalog, retry\n");
       st = find_by_name(name);
     }
-    if (st == nullptr)
-      return reject(404, "unknown stream: " + name + "\n");
+    if (int status =
+            auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why))
+      return reject(status, (status == 404 ? "unknown stream: " + name : why) + "\n");
+    // Hooked only for an authorised subscriber: no DDL on an anonymous request.
+    if (!st->info.hooked && (st = hook(st)) == nullptr)
+      return reject(503, "stream unavailable: cannot hook its queue, retry\n");
+    any_private |= !st->info.is_public;
     for (const Sub &s : c->subs)
       if (s.st == st)
         return reject(400, "stream named twice: " + name + "\n");
@@ -87,6 +111,9 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
     sub.st = st;
     c->subs.push_back(sub);
   }
+  if (!req.subscriber.empty())
+    if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why))
+      return reject(status, why + "\n");
   if (!again)
     for (const Sub &s : c->subs)
       if (s.st->first_bounds)
@@ -308,22 +335,71 @@ bool Engine::flush_cursors() {
   return true;
 }
 
+// Streams with their own retention are visited every run; those under the
+// default retention (possibly many thousands, most never loaded here) come
+// from the catalog, at most kDefaultPerRun per run, round-robin by id, so
+// one run stays bounded.
 void Engine::apply_retention() {
+  constexpr int64_t kDefaultPerRun = 100;
   const int batch = 1000;
-  for (auto &[id, st] : streams_) {
-    if (!st->info.has_retention && !(st->info.default_retention && cfg_.default_retention))
-      continue;
+  std::vector<StreamInfo> todo;
+  for (auto &[id, st] : streams_)
+    if (st->info.has_retention)
+      todo.push_back(st->info);
+  if (cfg_.default_retention) {
+    std::vector<int64_t> ids;
+    if (read_ok(rows_.default_retention_streams(default_retention_after_, kDefaultPerRun, &ids))) {
+      if ((int64_t)ids.size() < kDefaultPerRun && default_retention_after_ > 0) { // wrap around
+        default_retention_after_ = 0;
+        read_ok(rows_.default_retention_streams(0, kDefaultPerRun - (int64_t)ids.size(), &ids));
+      }
+      for (int64_t id : ids) {
+        auto it = streams_.find(id);
+        StreamInfo si;
+        si.id = id;
+        todo.push_back(it == streams_.end() ? si : it->second->info);
+      }
+      if (!ids.empty())
+        default_retention_after_ = ids.back(); // the next run goes on from here
+    }
+  }
+  for (const StreamInfo &si : todo) {
+    auto it = streams_.find(si.id);
+    Stream *st = it == streams_.end() ? nullptr : it->second.get();
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run
       int64_t removed = 0, floor = 0;
-      if (!read_ok(rows_.apply_retention(st->info, batch, &removed, &floor)))
+      if (!read_ok(rows_.apply_retention(si, batch, &removed, &floor)))
         break;
-      st->info.retention_floor = std::max(st->info.retention_floor, floor);
-      if (removed > 0)
-        obs_.retention_removed(st->handle, removed);
+      if (st) {
+        st->info.retention_floor = std::max(st->info.retention_floor, floor);
+        if (removed > 0)
+          obs_.retention_removed(st->handle, removed);
+      }
       if (removed < batch)
         break;
     }
   }
+}
+
+// An auto-attached stream gets its capture triggers at its first
+// subscription (until then its producers pay nothing). The rows committed
+// before are all in the table (CREATE TRIGGER waits for inserts in flight),
+// so the stream is loaded afresh: its position starts from the table and
+// replays read the rest from it. Nobody was subscribed to it.
+Stream *Engine::hook(Stream *st) {
+  const int64_t id = st->info.id;
+  if (!st->conns.empty()) { // another worker hooked it; this catalog row is older
+    st->info.hooked = true;
+    return st;
+  }
+  if (!read_ok(rows_.hook(st->info)))
+    return nullptr;
+  drop_stream(id, "stream hooked");
+  CatalogFilter one;
+  one.ids.push_back(id);
+  load_streams(one);
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second.get();
 }
 
 void Engine::record_history(const std::string &stream, const char *event, double ms,

@@ -30,12 +30,15 @@ void backoff(Stream &st, int64_t now_us) {
 
 } // namespace
 
-// Audiences: the one place that decides whether a connection may see a row.
-// Until access control exists, a row with a visible_to label reaches nobody
-// (fail closed).
+// The one place every path (live, tail, table) decides who gets a row: not
+// excluded, and in the row's audience (no rules: labelled rows reach no one).
+// A hidden row stays in the position, so later ones are not held up.
 bool Engine::may_see(const Connection &c, const Row &row) const {
-  (void)c;
-  return !(row.visible_to && !row.visible_to->empty());
+  if (row.exclude != 0 && row.exclude == c.id)
+    return false;
+  if (!row.visible_to || row.visible_to->empty())
+    return true;
+  return audiences_ && audiences_->visible(c.ctx, *row.visible_to);
 }
 
 bool Engine::lags(const Connection &c) const { return !c.live_only; }

@@ -215,6 +215,7 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
           row.event = std::move(e.event);
         if (!e.visible_to.empty())
           row.visible_to = std::move(e.visible_to);
+        row.exclude = e.exclude;
         if (row.ephemeral && !st.pos.covers(row.msg_id))
           retain_ephemeral(st, row);
         dispatch(st, row);
@@ -435,6 +436,7 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
   t.row.msg_id = row.msg_id;
   t.row.event = row.event;
   t.row.visible_to = row.visible_to;
+  t.row.exclude = row.exclude;
   t.row.enqueued_us = row.enqueued_us;
   t.body = body;
   st.tail_bytes += body->size();
@@ -493,8 +495,8 @@ size_t Engine::retained_bytes() const {
 std::vector<Engine::StreamView> Engine::streams() const {
   std::vector<StreamView> out;
   for (const auto &[id, st] : streams_)
-    out.push_back(
-        StreamView{st->info.name, id, st->pos.horizon, st->info.max_committed, st->handle});
+    out.push_back(StreamView{st->info.name, id, st->pos.horizon, st->info.max_committed,
+                             st->info.is_public, st->handle});
   return out;
 }
 

@@ -5,6 +5,8 @@
 // simulator in test/engine drives exactly this code. docs/ARCHITECTURE.md,
 // "The engine".
 #pragma once
+#include "core/auth_audience.hpp"
+#include "core/auth_gate.hpp"
 #include "core/cursor.hpp"
 #include "core/no_postgres.hpp"
 #include "engine/interfaces.hpp"
@@ -55,6 +57,10 @@ struct Subscribe {
   std::string replay;                  // ?replay=
   std::string subscriber;
   std::string remote_addr;
+  // Credentials (auth::Gate): the signed name of the route, ?token= or the
+  // bearer, the token cookie; and the Unix time to check them at.
+  std::string signed_name, token, cookie_token;
+  int64_t now_unix_s = 0;
 };
 
 struct Counters {
@@ -75,6 +81,10 @@ public:
   Engine &operator=(const Engine &) = delete;
 
   void configure(const Config &cfg);
+  // Keys subscribe() verifies credentials with (start, SIGHUP).
+  void configure_auth(const auth::Secrets &s) { gate_.configure(s); }
+  // Rules of visible_to labels (owned by the caller; none: labelled messages reach no one).
+  void set_audiences(auth::Audiences *a) { audiences_ = a; }
   // The clock (microseconds, the ring's commit_us epoch); set before each call.
   void set_now(int64_t now_us) { now_us_ = now_us; }
 
@@ -119,6 +129,7 @@ public:
     std::string name;
     int64_t id, horizon;
     int64_t max_committed; // the tables' maximum at the last catalog load
+    bool is_public;
     void *handle;
   };
   std::vector<StreamView> streams() const;
@@ -128,6 +139,7 @@ public:
 private:
   friend struct Delivery;
   Stream *find_by_name(const std::string &name);
+  Stream *hook(Stream *st);
   void drop_stream(int64_t id, const char *reason);
   void dispatch(Stream &st, const Row &row);
   void unread(Stream &st, int64_t id);
@@ -173,7 +185,10 @@ private:
   std::vector<void *> round_handles_;
   int64_t last_full_us_ = -1;
   bool tails_unknown_ = false;
-  std::vector<Stream *> eph_checks_; // streams to compare after the next drain
+  auth::Gate gate_;
+  auth::Audiences *audiences_ = nullptr;
+  int64_t default_retention_after_ = 0; // apply_retention's round-robin position
+  std::vector<Stream *> eph_checks_;    // streams to compare after the next drain
   std::map<std::pair<std::string, std::string>, std::string> dirty_cursors_;
   std::vector<HistoryRow> history_;
   uint64_t history_lost_ = 0;

@@ -24,6 +24,7 @@ struct Row {
   int64_t enqueued_us = 0;
   int64_t commit_us = 0;  // from the ring; 0 for rows read from the table
   bool ephemeral = false; // no table row: cannot be paged from the table
+  uint64_t exclude = 0;   // broadcast(exclude => ...): this connection does not get it
 };
 
 // A stream of the catalog.
@@ -32,9 +33,9 @@ struct StreamInfo {
   std::string name;
   bool is_public = true;
   bool has_retention = false;
-  int64_t retention_floor = 0;    // highest msg_id removed by retention
-  int64_t max_committed = 0;      // highest msg_id in the queue and its archive at load
-  bool default_retention = false; // never configured: the default retention applies
+  int64_t retention_floor = 0; // highest msg_id removed by retention
+  int64_t max_committed = 0;   // highest msg_id in the queue and its archive at load
+  bool hooked = true;          // capture triggers in place (auto-attached: at first subscription)
 };
 
 // Which streams of the catalog a load reads: all, or only these.
@@ -84,6 +85,12 @@ public:
   // Removes up to `batch` rows past retention; *removed, *floor (new retention floor).
   virtual bool apply_retention(const StreamInfo &s, int batch, int64_t *removed,
                                int64_t *floor) = 0;
+  // Streams under the default retention (never configured), ids above
+  // `after`, ascending, at most `limit`.
+  virtual bool default_retention_streams(int64_t after, int64_t limit,
+                                         std::vector<int64_t> *ids) = 0;
+  // Puts the capture triggers on an auto-attached stream's queue.
+  virtual bool hook(const StreamInfo &s) = 0;
   virtual bool store_history(const std::vector<HistoryRow> &rows) = 0;
   virtual bool prune_history(int64_t max_age_s) = 0;
 };

@@ -105,6 +105,7 @@ struct Connection {
   bool multi = false;
   bool live_only = false; // a drop policy applies to it (never to durable subscribers)
   std::string subscriber;
+  std::string ctx; // audience context (the JWT's ctx claim), "" if none
   int64_t opened_us = 0;
   std::vector<Sub> subs;
   bool paging_listed = false; // on Engine::paging_

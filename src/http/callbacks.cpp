@@ -14,6 +14,7 @@
 // and the SSE headers are exactly the ones set below.
 #include "server_impl.hpp"
 
+#include "core/auth.hpp"
 #include "core/sse.hpp"
 
 #include <algorithm>
@@ -50,14 +51,6 @@ std::string format_addr(const sockaddr *sa) {
     return "[" + std::string(ip) + "]:" + std::to_string(ntohs(v6->sin6_port));
   }
   return "?";
-}
-
-// Compares without an early exit, so the time taken says nothing of the secret.
-bool constant_time_equal(const std::string &a, const std::string &b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); i++)
-    diff |= (unsigned char)(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
 }
 
 std::string header(MHD_Connection *mc, const char *name) {
@@ -249,7 +242,7 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
         for (const auto &[k, v] : t.query)
           if (k == "token" && token.empty())
             token = v;
-        if (!constant_time_equal(token, cfg.admin_token))
+        if (!auth::constant_time_equal(token, cfg.admin_token))
           return answer(c, mc, 401, "token required\n", kTextPlain,
                         {{"WWW-Authenticate", "Bearer"}});
       }
@@ -271,6 +264,8 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
   r.last_event_id = header(mc, "Last-Event-ID");
   r.has_last_event_id = !r.last_event_id.empty();
   bearer_token(header(mc, "Authorization"), &r.token);
+  if (!cfg.token_cookie.empty())
+    cookie_value(header(mc, "Cookie"), cfg.token_cookie, &r.cookie_token);
   if (int status = fill_sse_request(route, t, cfg.max_streams_per_request, &r, &reason))
     return answer(c, mc, static_cast<unsigned>(status), reason + "\n", kTextPlain, {});
   if (stopping)
@@ -349,6 +344,8 @@ MHD_Result Server::Impl::answer(Conn *c, MHD_Connection *mc, unsigned status,
   if (origin_allowed(cfg.cors_origins, c->origin)) {
     ok &= MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin.c_str()) == MHD_YES;
     ok &= MHD_add_response_header(r, "Vary", "Origin") == MHD_YES;
+    if (origin_listed(cfg.cors_origins, c->origin))
+      ok &= MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true") == MHD_YES;
   }
   const MHD_Result ret = ok ? MHD_queue_response(mc, status, r) : MHD_NO;
   MHD_destroy_response(r);
@@ -365,7 +362,9 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
             MHD_add_response_header(r, "x-accel-buffering", "no") == MHD_YES;
   if (ok && origin_allowed(cfg.cors_origins, c->origin))
     ok = MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin.c_str()) == MHD_YES &&
-         MHD_add_response_header(r, "Vary", "Origin") == MHD_YES;
+         MHD_add_response_header(r, "Vary", "Origin") == MHD_YES &&
+         (!origin_listed(cfg.cors_origins, c->origin) ||
+          MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true") == MHD_YES);
   const MHD_Result ret = ok ? MHD_queue_response(mc, 200, r) : MHD_NO;
   MHD_destroy_response(r);
   if (ret != MHD_YES)

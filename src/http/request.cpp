@@ -5,6 +5,7 @@
 // distinct from "/" and lets '+' mean a space only in the query string.
 #include "http/request.hpp"
 
+#include "core/auth.hpp"
 #include "core/cursor.hpp"
 
 #include <algorithm>
@@ -150,6 +151,10 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   case Route::Stream: {
     const std::string_view raw = t.path.substr(kStreamPrefix.size());
     std::string name;
+    if (percent_decode(raw, false, &name) && auth::looks_signed(name)) {
+      req->signed_name = std::move(name);
+      break;
+    }
     if (raw.find('/') != std::string_view::npos || !percent_decode(raw, false, &name)) {
       *reason = "unknown stream";
       return 404;
@@ -198,6 +203,27 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   return 0;
 }
 
+bool cookie_value(std::string_view header, std::string_view name, std::string *value) {
+  if (name.empty())
+    return false;
+  while (!header.empty()) {
+    const size_t semi = header.find(';');
+    const std::string_view item = trim(header.substr(0, semi));
+    header = semi == std::string_view::npos ? std::string_view() : header.substr(semi + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || trim(item.substr(0, eq)) != name)
+      continue;
+    std::string_view v = trim(item.substr(eq + 1));
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"')
+      v = v.substr(1, v.size() - 2);
+    if (v.empty())
+      return false;
+    *value = std::string(v);
+    return true;
+  }
+  return false;
+}
+
 bool bearer_token(std::string_view authorization, std::string *token) {
   std::string_view v = trim(authorization);
   constexpr std::string_view kScheme = "bearer";
@@ -211,7 +237,9 @@ bool bearer_token(std::string_view authorization, std::string *token) {
   return true;
 }
 
-bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
+namespace {
+
+bool origin_in(std::string_view cors_origins, std::string_view origin, bool star) {
   if (origin.empty())
     return false;
   std::string_view rest = cors_origins;
@@ -219,10 +247,20 @@ bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
     const size_t comma = rest.find(',');
     const std::string_view item = trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item == "*" || item == origin)
+    if ((star && item == "*") || item == origin)
       return true;
   }
   return false;
+}
+
+} // namespace
+
+bool origin_allowed(std::string_view cors_origins, std::string_view origin) {
+  return origin_in(cors_origins, origin, true);
+}
+
+bool origin_listed(std::string_view cors_origins, std::string_view origin) {
+  return origin_in(cors_origins, origin, false);
 }
 
 bool is_loopback(std::string_view addr) {

@@ -41,7 +41,10 @@ bool parse_target(std::string_view raw, Target *out, std::string *err);
 // Classifies a path into one of the SSE routes.
 Route classify(std::string_view raw_path);
 
-// The SSE part of a request that the route and query decide. Fills
+// The SSE part of a request that the route and query decide. A
+// /streams/{x} whose x has the shape of a signed name (auth::looks_signed) is
+// the signed route too: what follows the prefix is the token, '/' included
+// (the gem renders it unescaped). Fills
 // req->streams / signed_name / since / replay / subscriber / token from the
 // target. On a client error returns the HTTP status (400 or 404) and sets
 // *reason; returns 0 on success. Stream names must satisfy
@@ -51,6 +54,10 @@ Route classify(std::string_view raw_path);
 int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *req,
                      std::string *reason);
 
+// The value of cookie `name` in a Cookie header ("a=1; b=2"), quotes
+// removed; false when absent or blank. Names compare exactly.
+bool cookie_value(std::string_view cookie_header, std::string_view name, std::string *value);
+
 // Extracts the token of an "Authorization: Bearer <token>" header value
 // (scheme case-insensitive). False when the header is not a non-blank Bearer.
 bool bearer_token(std::string_view authorization, std::string *token);
@@ -58,6 +65,9 @@ bool bearer_token(std::string_view authorization, std::string *token);
 // True when `origin` (non-empty) is allowed by a comma-separated `cors_origins`
 // list; "*" allows any origin; entries are compared exactly after trimming.
 bool origin_allowed(std::string_view cors_origins, std::string_view origin);
+// True when `origin` is named in the list itself ("*" does not count): only
+// such origins may send credentials (cookies) along (Access-Control-Allow-Credentials).
+bool origin_listed(std::string_view cors_origins, std::string_view origin);
 
 // True when `addr`, a client address as the listener writes it ("a.b.c.d:port"
 // or "[v6]:port"), is on the loopback: 127.0.0.0/8, ::1, or 127.0.0.0/8

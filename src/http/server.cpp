@@ -88,8 +88,8 @@ bool Server::Impl::start(const Config &c, std::string *err) {
   // MHD's own limit (its default is ~FD_SETSIZE even with epoll) is set above
   // ours (sse_capacity) so that over-capacity SSE clients get a 503 rather
   // than a reset, and plain requests (/healthz) still get through. With
-  // MHD_USE_ITC, MHD at its limit stops accepting until a connection closes
-  // (those 503s close at once) instead of accepting and closing unanswered.
+  // max_sockets it is what the open-files limit leaves (less than that, and a
+  // full process would stop accepting and leave clients in the accept queue).
   const unsigned max_sse = static_cast<unsigned>(std::max(cfg.max_connections, 1));
   unsigned mhd_limit = max_sse + std::max(64u, max_sse / 4);
   if (cfg.max_sockets > 0) // each daemon (listening address) gets its share
@@ -97,13 +97,13 @@ bool Server::Impl::start(const Config &c, std::string *err) {
         std::max(1u, static_cast<unsigned>(cfg.max_sockets) / static_cast<unsigned>(fds.size()));
   for (size_t i = 0; i < fds.size(); ++i) {
     MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr,
-        nullptr, &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this,
-        MHD_OPTION_LISTEN_SOCKET, fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg.connection_memory_limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(std::max(cfg.request_timeout_s, 1)),
-        MHD_OPTION_NOTIFY_COMPLETED, &completed_cb, this, MHD_OPTION_NOTIFY_CONNECTION,
-        &connection_cb, this, MHD_OPTION_URI_LOG_CALLBACK, &uri_cb, this, MHD_OPTION_END);
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+        &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this, MHD_OPTION_LISTEN_SOCKET,
+        fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        cfg.connection_memory_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        static_cast<unsigned>(std::max(cfg.request_timeout_s, 1)), MHD_OPTION_NOTIFY_COMPLETED,
+        &completed_cb, this, MHD_OPTION_NOTIFY_CONNECTION, &connection_cb, this,
+        MHD_OPTION_URI_LOG_CALLBACK, &uri_cb, this, MHD_OPTION_END);
     const MHD_DaemonInfo *info = d ? MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD) : nullptr;
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -597,7 +597,10 @@ void Server::Impl::add_log(std::string line) {
 Server::Server() : impl_(std::make_unique<Impl>()) {}
 Server::~Server() = default;
 
-bool Server::start(const Config &cfg, std::string *err) { return impl_->start(cfg, err); }
+bool Server::start(const Config &cfg, std::string *err) {
+  impl_->next_id = cfg.conn_id_base;
+  return impl_->start(cfg, err);
+}
 
 size_t sse_capacity(const Config &cfg) {
   const size_t wanted = static_cast<size_t>(std::max(cfg.max_connections, 0));

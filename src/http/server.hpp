@@ -40,6 +40,11 @@ struct Config {
   // they answer only clients on 127.0.0.0/8 or ::1 (else 403).
   std::string admin_token;
   bool admin_loopback_only = false;
+  // Connection ids count up from here (+1): distinct bases keep the ids of
+  // several workers, and of a restarted one, apart (broadcast's exclude names one).
+  uint64_t conn_id_base = 0;
+  // Name of the cookie that may carry a stream JWT (empty: cookies are not read).
+  std::string token_cookie;
   // Request bounds (beyond: 414 / 431); libmicrohttpd refuses anything that
   // does not fit its per-connection memory either.
   size_t max_url_bytes = 8192;     // request target, query string included
@@ -72,12 +77,13 @@ struct Request {
   std::string last_event_id;
   bool has_since = false; // ?since= or ?last_event_id= present and not blank
   std::string since;
-  std::string replay;      // ?replay= ("" if absent)
-  std::string subscriber;  // ?subscriber=
-  std::string token;       // ?token= or Authorization: Bearer
-  std::string signed_name; // from /pgbus/streams/{signed-name}
-  std::string remote_addr; // "ip:port"
-  std::string origin;      // Origin header
+  std::string replay;       // ?replay= ("" if absent)
+  std::string subscriber;   // ?subscriber=
+  std::string token;        // Authorization: Bearer, else ?token=
+  std::string cookie_token; // the Config::token_cookie cookie
+  std::string signed_name;  // from /pgbus/streams/{signed-name} or /streams/{signed-name}
+  std::string remote_addr;  // "ip:port"
+  std::string origin;       // Origin header
 };
 
 struct ConnectionInfo {

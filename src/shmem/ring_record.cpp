@@ -68,6 +68,7 @@ bool parse(const char *buf, size_t len, uint32_t dboid, std::vector<Event> *out,
     ev.stream_id = h.stream_id;
     ev.msg_id = h.msg_id;
     ev.commit_us = h.commit_us;
+    ev.exclude = h.exclude;
     if (h.kind != Kind::Row) {
       ev.has_payload = true;
       ev.ephemeral = h.kind == Kind::Inline;

@@ -33,6 +33,7 @@ struct Header {
   // Inline records: the stream's ephemeral sequence number (1, 2, ...), so a
   // reader sees that ephemeral broadcasts were lost to a lap or an overrun.
   uint64_t ephemeral_seq;
+  uint64_t exclude; // the connection that must not get this event (0: none)
 };
 
 // Size of a record with this payload (header included, 8-byte aligned).
@@ -55,6 +56,7 @@ struct Event {
   bool has_payload = false; // data/event/visible_to below
   bool ephemeral = false;   // and no table row
   uint64_t ephemeral_seq = 0;
+  uint64_t exclude = 0; // the connection that must not get it (0: none)
   std::string data, event, visible_to;
 };
 

@@ -4,6 +4,7 @@
 #include "shmem/shared.hpp"
 
 #include <algorithm>
+#include <ctime>
 
 extern "C" {
 #include "utils/timestamp.h"
@@ -179,13 +180,11 @@ void Hub::cycle(bool full) {
 }
 
 void Hub::subscribe(const http::Request &req) {
-  if (!req.signed_name.empty()) {
-    server_.reject(req.conn_id, 404, "signed stream names are not enabled on this server\n");
-    shmem::record_diagnostic(worker_index_, req.conn_id, "rejected", "",
-                             "404 signed stream names are not enabled on this server");
-    return;
-  }
   engine::Subscribe s;
+  s.signed_name = req.signed_name;
+  s.token = req.token;
+  s.cookie_token = req.cookie_token;
+  s.now_unix_s = (int64_t)time(nullptr);
   s.conn_id = req.conn_id;
   s.streams = req.streams;
   // The cursor: Last-Event-ID wins over ?since / ?last_event_id.
@@ -205,11 +204,13 @@ void Hub::prune_history() {
     engine_.prune_history(guc::stats_max_age_s);
 }
 
-void Hub::fill_snapshot(metrics::Snapshot *out) const {
+void Hub::fill_snapshot(metrics::Snapshot *out, bool include_private) const {
   const int64_t now_pg = (int64_t)GetCurrentTimestamp();
   static_assert(metrics::kLatencyBuckets == shmem::kLatencyBuckets, "same latency buckets");
   out->streams.clear();
   for (const engine::Engine::StreamView &v : engine_.streams()) {
+    if (!include_private && !v.is_public)
+      continue;
     metrics::StreamFigures f;
     f.name = v.name;
     f.horizon = v.horizon;

@@ -66,6 +66,10 @@ public:
   ~Hub();
 
   void configure() { engine_.configure(engine_config()); } // after SIGHUP
+  // Keys subscribe() verifies credentials with (start, SIGHUP).
+  void configure_auth(const auth::Secrets &s) { engine_.configure_auth(s); }
+  // Rules of visible_to labels (owned by the caller; none: labelled messages reach no one).
+  void set_audiences(auth::Audiences *a) { engine_.set_audiences(a); }
   // Loads the stream catalog; call at start and when the catalog version moves.
   void reload_catalog();
   // One wake-up: horizon bounds, ring drain, dispatch, horizon advance.
@@ -81,7 +85,9 @@ public:
   void flush_history() { engine_.flush_history(); }
   void prune_history();
   bool probe() { return rows_.probe(); }
-  void fill_snapshot(metrics::Snapshot *out) const;
+  // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls);
+  // private streams only with include_private.
+  void fill_snapshot(metrics::Snapshot *out, bool include_private) const;
   const engine::Counters &counters() const { return engine_.counters(); }
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
                 std::string *subscriber, std::string *state) const {

@@ -1,6 +1,7 @@
 // SqlRowSource: the worker's SQL, each call a short transaction that gives
 // up quickly on a lock instead of stalling the event loop.
 #include "worker/sql_source.hpp"
+#include "core/auth.hpp"
 #include "core/sse.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
@@ -69,10 +70,9 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         "                   THEN format('(SELECT max(msg_id) FROM %I.%I)', s.queue_schema, "
         "                               s.archive_table) "
         "                   ELSE '0' END), "
-        // retention_set through to_jsonb: a 0.1.0 catalog (library updated,
-        // ALTER EXTENSION not run yet) has no such column and must still be served.
-        "       NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true) "
-        "       AND s.retention IS NULL AND s.retention_max IS NULL "
+        // hooked through to_jsonb: a 0.1.0 catalog (library updated, ALTER
+        // EXTENSION not run yet) has no such column and must still be served.
+        "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true) "
         "FROM pgbus_stream.streams s "
         "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL" +
             where + " ORDER BY s.id",
@@ -98,7 +98,7 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         sqls[si.id] = t.at(r, 3).value_or("");
         si.retention_floor = to_i64(t.at(r, 4));
         si.has_retention = t.at(r, 5).value_or("f") == "t";
-        si.default_retention = t.at(r, 7).value_or("f") == "t";
+        si.hooked = t.at(r, 7).value_or("t") == "t";
         maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
         pg::Table m = tx.query(maxes[si.id]);
         si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
@@ -145,6 +145,8 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
       row.event = t.at(r, 2);
       row.visible_to = t.at(r, 3);
       row.enqueued_us = to_i64(t.at(r, 4));
+      if (t.ncols > 5 && t.at(r, 5))
+        auth::parse_connection_id(*t.at(r, 5), &row.exclude);
       out->push_back(std::move(row));
     }
   });
@@ -232,6 +234,27 @@ bool SqlRowSource::apply_retention(const engine::StreamInfo &s, int batch, int64
                            {pg::Arg::int8(s.id), pg::Arg::int8(batch)}, false);
     *removed = t.rows() ? to_i64(t.at(0, 0)) : 0;
     *floor = t.rows() ? to_i64(t.at(0, 1)) : 0;
+  });
+}
+
+bool SqlRowSource::default_retention_streams(int64_t after, int64_t limit,
+                                             std::vector<int64_t> *ids) {
+  return run("default retention list", [&](pg::SpiTx &tx) {
+    pg::Table t =
+        tx.query("SELECT id FROM pgbus_stream.streams s "
+                 "WHERE NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true) "
+                 "AND retention IS NULL AND retention_max IS NULL AND id > $1 ORDER BY id LIMIT $2",
+                 {pg::Arg::int8(after), pg::Arg::int8(limit)});
+    for (size_t r = 0; r < t.rows(); r++)
+      ids->push_back(to_i64(t.at(r, 0)));
+  });
+}
+
+bool SqlRowSource::hook(const engine::StreamInfo &s) {
+  return run("hooking the queue", [&](pg::SpiTx &tx) {
+    // CREATE TRIGGER waits for the inserts in flight: longer than a read may.
+    tx.query("SELECT set_config('lock_timeout', '2s', true)");
+    tx.query("SELECT pgbus_stream._hook_triggers($1)", {pg::Arg::int8(s.id)}, false);
   });
 }
 

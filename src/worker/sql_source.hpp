@@ -27,6 +27,8 @@ public:
   bool store_cursors(const std::vector<engine::StoredCursor> &cursors) override;
   bool apply_retention(const engine::StreamInfo &s, int batch, int64_t *removed,
                        int64_t *floor) override;
+  bool default_retention_streams(int64_t after, int64_t limit, std::vector<int64_t> *ids) override;
+  bool hook(const engine::StreamInfo &s) override;
   bool store_history(const std::vector<engine::HistoryRow> &rows) override;
   bool prune_history(int64_t max_age_s) override;
   // /healthz: can this worker still run a query?

@@ -2,12 +2,14 @@
 // without threads in external-epoll mode; its epoll fd sits in the worker's
 // WaitEventSet next to the latch (set by committing producers) and postmaster
 // death, so every PostgreSQL call happens on this main thread.
+#include "core/auth.hpp"
 #include "http/server.hpp"
 #include "http/status_page.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
+#include "worker/audience_rules.hpp"
 #include "worker/hub.hpp"
 
 #include <csignal>
@@ -109,6 +111,7 @@ void plan_file_limit() {
     c.max_sockets = g_max_sockets;
     return c;
   }());
+  HOLD_INTERRUPTS(); // as in pg::log: nothing acted on from this C++ frame
   if ((long)holds < share)
     ereport(LOG, (errmsg("pgbus_stream: worker %d can hold %zu SSE connections of the %ld "
                          "max_connections gives it: its open files limit is %ld",
@@ -121,6 +124,7 @@ void plan_file_limit() {
     ereport(LOG, (errmsg("pgbus_stream: worker %d open files limit %ld (soft limit was %ld): room "
                          "for %zu SSE connections",
                          worker_index, limit, (long)Min(soft_before, (rlim_t)LONG_MAX), holds)));
+  RESUME_INTERRUPTS();
 }
 
 // The same warning every round (a table that stays broken, a database
@@ -167,10 +171,34 @@ http::Config http_config() {
   c.queue_max_events = (size_t)guc::queue_max_events;
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;
   c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
-  c.admin_token = guc::admin_token ? guc::admin_token : "";
+  std::string err;
+  if (!auth::resolve_secret(guc::admin_token ? guc::admin_token : "", &c.admin_token, &err)) {
+    pg::warn("pgbus_stream.admin_token: " + err + " (the operators' routes answer 401)");
+    c.admin_token = std::string(64, '\0') + "unreadable"; // matches no token a client can send
+  }
   c.admin_loopback_only = guc::admin_loopback_only;
+  c.token_cookie = guc::token_cookie ? guc::token_cookie : "";
+  // worker index in the top byte, the start time below it: unique among the
+  // workers and across restarts of one.
+  c.conn_id_base =
+      ((uint64_t)worker_index << 56) | (((uint64_t)GetCurrentTimestamp() & 0xFFFFFFu) << 32);
   c.max_sockets = g_max_sockets;
   return c;
+}
+
+// The credentials' keys from their settings; one that names an unreadable
+// file counts as unset (its credentials are refused) and is reported.
+auth::Secrets auth_secrets() {
+  auth::Secrets s;
+  auto one = [](const char *name, const char *setting, std::string *out) {
+    std::string err;
+    if (!auth::resolve_secret(setting ? setting : "", out, &err))
+      pg::warn(std::string(name) + ": " + err);
+  };
+  one("pgbus_stream.signing_secret", guc::signing_secret, &s.signing_secret);
+  one("pgbus_stream.secret_key_base", guc::secret_key_base, &s.secret_key_base);
+  one("pgbus_stream.jwt_secret", guc::jwt_secret, &s.jwt_secret);
+  return s;
 }
 
 void publish_stats(const Hub &hub, const http::Server &server) {
@@ -241,7 +269,9 @@ metrics::Snapshot snapshot(const Hub &hub) {
   s.catch_ups = c.overruns;
   s.ring_overflows = pg_atomic_read_u64(&sh->ring_overflows);
   s.database_ok = database_ok;
-  hub.fill_snapshot(&s);
+  // Without admin_token every client of these routes is anonymous: private
+  // streams stay out of them.
+  hub.fill_snapshot(&s, guc::admin_token && guc::admin_token[0] != '\0');
   return s;
 }
 
@@ -290,6 +320,22 @@ int run() {
     return 1;
   }
   Hub hub(server, MyDatabaseId, worker_index);
+  hub.configure_auth(auth_secrets());
+  auth::Audiences audiences(evaluate_audience_rule);
+  hub.set_audiences(&audiences);
+  // define_audience() and drop_audience() move the catalog version, whose
+  // commit wakes every worker: rules are read again at the next wake-up.
+  // A failed read is retried at the next change, not at every wake-up.
+  std::map<std::string, std::string> rules;
+  uint64 audiences_version = UINT64_MAX; // no version read yet
+  auto refresh_audiences = [&] {
+    const uint64 v = pg_atomic_read_u64(&shmem::shared()->catalog_version);
+    if (v == audiences_version)
+      return;
+    audiences_version = v;
+    if (load_audience_rules(&rules))
+      audiences.set_rules(rules);
+  };
   hub.reload_catalog();
   if (listening)
     register_routes(server, hub);
@@ -342,11 +388,13 @@ int run() {
     });
     if (got_sigterm)
       break;
+    refresh_audiences();
     if (ConfigReloadPending) {
       ConfigReloadPending = false;
       pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
       server.reconfigure(http_config());
       hub.configure();
+      hub.configure_auth(auth_secrets());
     }
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });

@@ -34,7 +34,7 @@ async function main() {
   // passes only with it points at work the worker leaves for its next wake-up.
   let waker = null;
   if (Number(process.env.PGB_WAKE_MS) > 0) {
-    await h.sql(`SELECT pgbus_stream.create_stream('wake') WHERE NOT EXISTS (SELECT 1 FROM pgbus_stream.streams WHERE name = 'wake')`);
+    await h.sql(`SELECT pgbus_stream.create_stream('wake', public => true) WHERE NOT EXISTS (SELECT 1 FROM pgbus_stream.streams WHERE name = 'wake')`);
     waker = setInterval(() => h.broadcast('wake', 'tick').catch(() => {}), Number(process.env.PGB_WAKE_MS));
     console.log(`# PGB_WAKE_MS=${process.env.PGB_WAKE_MS}: waking the worker with a broadcast to 'wake' periodically`);
   }

@@ -92,14 +92,19 @@ pgbus_stream.port = $SSE_PORT
 pgbus_stream.listen_addresses = '127.0.0.1'
 pgbus_stream.cors_origins = 'http://127.0.0.1:$PAGE_PORT'
 pgbus_stream.heartbeat_interval = 1
+pgbus_stream.signing_secret = 'browser-signing-secret'
+pgbus_stream.jwt_secret = 'browser-jwt-secret'
+pgbus_stream.token_cookie = 'pgbus_token'
 CONF
 "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/postgres.log" -w -t 60 start >/dev/null ||
   { tail -20 "$WORK/postgres.log" >&2; die "the cluster did not start"; }
 psql -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$PGPORT" -U pgbus -d postgres >/dev/null <<'SQL' || die "setup SQL failed"
 CREATE EXTENSION pgbus_stream;
-SELECT pgbus_stream.create_stream('chat');
-SELECT pgbus_stream.create_stream('contract');
-SELECT pgbus_stream.create_stream('reconnect');
+SELECT pgbus_stream.create_stream('chat', public => true);
+SELECT pgbus_stream.create_stream('contract', public => true);
+SELECT pgbus_stream.create_stream('reconnect', public => true);
+SELECT pgbus_stream.create_stream('auth_signed');
+SELECT pgbus_stream.create_stream('auth_cookie');
 SQL
 say "cluster $DATA (socket $WORK:$PGPORT), worker http://127.0.0.1:$SSE_PORT, pages http://127.0.0.1:$PAGE_PORT and http://localhost:$OTHER_PORT"
 

@@ -131,6 +131,10 @@ public:
   bool apply_retention(const engine::StreamInfo &s, int batch, int64_t *removed,
                        int64_t *floor) override;
   bool store_history(const std::vector<engine::HistoryRow> &) override { return ok(-1); }
+  bool default_retention_streams(int64_t, int64_t, std::vector<int64_t> *) override {
+    return ok(-1);
+  }
+  bool hook(const engine::StreamInfo &) override { return ok(-1); }
   bool prune_history(int64_t) override { return ok(-1); }
 
 private:

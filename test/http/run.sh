@@ -130,7 +130,7 @@ sse 1 -H 'Origin: https://b.example' "$URL/streams/chat"
 same_text "CORS: allowed origin echoed" "https://b.example" "$(hdr "$T/h" access-control-allow-origin)"
 same_text "CORS: Vary: Origin" "Origin" "$(hdr "$T/h" vary)"
 same_text "CORS: header set" \
-  "access-control-allow-origin cache-control content-type date transfer-encoding vary x-accel-buffering " \
+  "access-control-allow-credentials access-control-allow-origin cache-control content-type date transfer-encoding vary x-accel-buffering " \
   "$(header_names "$T/h")"
 curl -sS -D "$T/h" -o "$T/b" --max-time 2 -H 'Origin: https://evil.example' "$URL/streams/chat"
 same_text "CORS: other origin refused: 403" 403 "$(status "$T/h")"
@@ -177,7 +177,12 @@ sse 1 --http1.0 "$URL/streams/chat"
 check "HTTP/1.0 client gets the stream (close-delimited)" grep -q '^data: frame 3$' "$T/b"
 
 echo "# request fields handed to the worker"
-pend() { curl -sS -o /dev/null --max-time 0.5 "$@" 2>/dev/null; tail -n 50 "$T/driver.log" | grep '^pending' | tail -1; }
+# pend CURL_ARGS...: the driver's "pending" line for this request (none: empty).
+pend() {
+  mark_pending
+  curl -sS -o /dev/null --max-time 0.5 "$@" 2>/dev/null
+  grep '^pending' "$T/driver.log" | sed -n "$((PMARK + 1)),\$p" | tail -1
+}
 check "?stream=a&stream=b&stream=a -> a,b" \
   grep -q ' a,b ' <<<"$(pend "$URL/streams?stream=a&stream=b&stream=a")"
 check "blank ?since= is absent, ?last_event_id= used" \

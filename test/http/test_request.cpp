@@ -140,6 +140,44 @@ TEST(SseRequest, SignedName) {
   EXPECT_EQ(st, 400);
 }
 
+TEST(SseRequest, SignedNameUnderStreams) {
+  // The gem renders the token unescaped: '+', '/', '=' as they are, or
+  // percent-encoded; /streams/<token> works like /pgbus/streams/<token>.
+  const std::string hex(64, 'e');
+  int st;
+  Request r = fill("/streams/ab/c+d==--" + hex, &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_TRUE(r.streams.empty());
+  EXPECT_EQ(r.signed_name, "ab/c+d==--" + hex);
+  r = fill("/streams/ab%2Fc%2Bd%3D%3D--" + hex, &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_EQ(r.signed_name, "ab/c+d==--" + hex);
+  r = fill("/pgbus/streams/ab/c+d==--" + hex, &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_EQ(r.signed_name, "ab/c+d==--" + hex);
+  r = fill("/streams/chat--x", &st); // not a signature: a (valid) stream name
+  ASSERT_EQ(st, 0);
+  EXPECT_EQ(r.streams, (std::vector<std::string>{"chat--x"}));
+}
+
+TEST(Cors, CredentialsOnlyForListedOrigins) {
+  EXPECT_TRUE(origin_listed("https://a.example, https://b.example", "https://b.example"));
+  EXPECT_FALSE(origin_listed("*", "https://evil.example")) << "'*' never lets cookies through";
+  EXPECT_TRUE(origin_allowed("*", "https://evil.example"));
+  EXPECT_FALSE(origin_listed("https://a.example", ""));
+}
+
+TEST(Headers, Cookie) {
+  std::string v;
+  EXPECT_TRUE(cookie_value("a=1; pgbus_token=abc.def; b=2", "pgbus_token", &v));
+  EXPECT_EQ(v, "abc.def");
+  EXPECT_TRUE(cookie_value("pgbus_token=\"q\"", "pgbus_token", &v));
+  EXPECT_EQ(v, "q");
+  EXPECT_FALSE(cookie_value("xpgbus_token=1; pgbus_token_x=2", "pgbus_token", &v));
+  EXPECT_FALSE(cookie_value("pgbus_token=", "pgbus_token", &v));
+  EXPECT_FALSE(cookie_value("pgbus_token=1", "", &v));
+}
+
 TEST(Headers, BearerToken) {
   std::string tok;
   EXPECT_TRUE(bearer_token("Bearer abc.def", &tok));

@@ -27,6 +27,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 use IO::Socket::INET;
+use Digest::SHA ();
+use MIME::Base64 ();
 
 use LogScan;
 use SSEClient;
@@ -34,6 +36,7 @@ use SSEClient;
 our @EXPORT_OK = qw(sql_literal parse_token token_covers token_le frames_ok ids_ok);
 
 our $AUTOLOAD;
+my $BEARER_ALL_SECRET = 'pgbusnode-bearer-all';
 
 # new creates, configures and starts a node, creates the extension and waits
 # for the SSE listener. Options:
@@ -42,6 +45,9 @@ our $AUTOLOAD;
 #   start      0 to only init and configure (default 1)
 #   extension  0 to skip CREATE EXTENSION (default 1)
 #   timeout    seconds to wait for the listener (default 60)
+#   bearer_all 1: streams are read with a JWT covering every stream (sent by
+#              sse() unless the caller gives an Authorization header), for
+#              tests of private streams that are not about credentials
 sub new
 {
 	my ($class, $name, %opt) = @_;
@@ -55,7 +61,8 @@ shared_preload_libraries = 'pgbus_stream'
 pgbus_stream.port = $http_port
 pgbus_stream.heartbeat_interval = $heartbeat
 log_min_messages = info
-} . ($opt{conf} // ''));
+} . ($opt{bearer_all} ? "pgbus_stream.jwt_secret = '$BEARER_ALL_SECRET'\n" : '')
+	  . ($opt{conf} // ''));
 
 	my $self = bless {
 		node => $node,
@@ -63,6 +70,7 @@ log_min_messages = info
 		http_port => $http_port,
 		expected_signals => [],
 		timeout => $opt{timeout} // 60,
+		bearer => $opt{bearer_all} ? jwt_all($BEARER_ALL_SECRET) : undef,
 	}, $class;
 
 	# Any announced kill is written out even if the test dies half-way.
@@ -119,7 +127,21 @@ sub wait_http_ready
 sub sse
 {
 	my ($self, $path, %opt) = @_;
+	if ($self->{bearer} && !grep { lc $_ eq 'authorization' } keys %{ $opt{headers} // {} })
+	{
+		$opt{headers} = { %{ $opt{headers} // {} }, Authorization => "Bearer $self->{bearer}" };
+	}
 	return SSEClient->connect(port => $self->{http_port}, path => $path, %opt);
+}
+
+# jwt_all is an HS256 JWT for every stream ("*"), valid for a day.
+sub jwt_all
+{
+	my ($secret) = @_;
+	my $b64 = sub { MIME::Base64::encode_base64url($_[0]) };
+	my $input = $b64->('{"alg":"HS256","typ":"JWT"}') . '.'
+	  . $b64->('{"streams":["*"],"exp":' . (int(time) + 86400) . '}');
+	return "$input." . $b64->(Digest::SHA::hmac_sha256($input, $secret));
 }
 
 # open_stream connects to /streams/<name> (plus an optional query string),
@@ -165,12 +187,14 @@ sub wait_stream_served
 }
 
 # create_stream runs pgbus_stream.create_stream and returns the stream's id
-# (its cursor epoch) once the listener serves it.
+# (its cursor epoch) once the listener serves it. The stream is public unless
+# public => 0 is passed.
 sub create_stream
 {
-	my ($self, $name) = @_;
+	my ($self, $name, %opt) = @_;
+	my $public = ($opt{public} // 1) ? 'true' : 'false';
 	my $id = $self->{node}->safe_psql('postgres',
-		'SELECT id FROM pgbus_stream.create_stream(' . sql_literal($name) . ')');
+		'SELECT id FROM pgbus_stream.create_stream(' . sql_literal($name) . ", public => $public)");
 	my $misses = $self->wait_stream_served($name);
 	croak "stream $name is not served after create_stream (last answer: "
 	  . ($self->{last_serve_error} // 'none') . ')'

@@ -171,7 +171,7 @@ sub status_of
 	return $st;
 }
 
-is(status_of('/streams/nope'), 404, 'unknown stream: 404');
+is(status_of('/streams/nope'), 401, 'unknown stream: 401 (as a private one)');
 is(status_of('/other/path'), 404, 'other path: 404');
 is(status_of('/streams/'), 404, 'no stream name: 404');
 is(status_of('/streams/chat', method => 'POST'), 405, 'POST: 405');

@@ -23,7 +23,7 @@ pgbus_stream.alert_queue_pressure_ratio = 0.5
 $pg->create_stream('ops');
 
 my $c = $pg->open_stream('ops');
-is($pg->sse('/streams/nope')->status, 404, 'unknown stream: 404');
+is($pg->sse('/streams/nope')->status, 401, 'unknown stream: 401 (as a private one)');
 my $diag = $pg->safe_psql('postgres', q{SELECT string_agg(event || ':' || stream, ' ' ORDER BY at) FROM pgbus_stream.diagnostics() WHERE event IN ('subscribed', 'rejected')});
 like($diag, qr/subscribed:ops/, 'diagnostics: subscribed');
 like($diag, qr/rejected:nope/, 'diagnostics: rejected');

@@ -17,7 +17,9 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use PgbusNode qw(sql_literal);
 
-my $pg = PgbusNode->new('gem', extension => 0, conf => "pgbus_stream.retention_interval = 1\n");
+my $c;
+
+my $pg = PgbusNode->new('gem', extension => 0, bearer_all => 1, conf => "pgbus_stream.retention_interval = 1\n");
 my $fixture = slurp_file("$FindBin::Bin/../lib/pgmq_fixture.sql");
 $pg->safe_psql('postgres', $fixture);
 
@@ -56,6 +58,9 @@ is(q1(q{SELECT string_agg(name || '=' || queue_table || '/' || archive_table || 
 	'queues that existed at CREATE EXTENSION: the gem\'s two attached, billing_events not');
 is(q1(q{SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgmq.q_billing_events'::regclass}),
 	'0', 'no trigger on a queue auto_attach does not match');
+my $triggers = q{SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgmq.q_pgbus_ai_chat_3a4f9c21b7d20e18_messages'::regclass};
+is(q1($triggers), '0', 'an auto-attached queue nobody watched has no trigger yet (its producers pay nothing)');
+send_html('pgbus_ai_chat_3a4f9c21b7d20e18_messages', 'before anyone watched');
 
 # The gem's names, from one implementation.
 is(q1(q{SELECT pgbus_stream.queue_name('ai_chat_3a4f9c21b7d20e18:messages')}),
@@ -72,6 +77,13 @@ is(q1(q{SELECT count(*) FROM pg_class WHERE relname LIKE 'q_pgbus_xxxx%'}), '0',
 
 delivered_ok('ai_chat_3a4f9c21b7d20e18_messages', 'pgbus_ai_chat_3a4f9c21b7d20e18_messages',
 	'queue made before CREATE EXTENSION');
+is(q1($triggers), '2', 'the first subscription put the capture triggers on');
+$c = $pg->open_stream('ai_chat_3a4f9c21b7d20e18_messages', query => 'since=0');
+$c->wait_for_data_events(4, 10);
+is_deeply([ map { $_->{data} } $c->data_events ],
+	[ 'before anyone watched', map { "queue made before CREATE EXTENSION $_" } 1 .. 3 ],
+	'?since=0 replays the row written before the triggers, then the rest');
+$c->close;
 
 # After CREATE EXTENSION: pgmq.create as the gem calls it, on its first broadcast.
 my $logical = 'orders.eu-west:42';
@@ -84,7 +96,7 @@ ok(defined $pg->wait_stream_served('orders_eu_west_42'), 'and served');
 delivered_ok('orders_eu_west_42', 'pgbus_orders_eu_west_42', 'queue made after CREATE EXTENSION');
 
 # SQL functions take the logical name too.
-my $c = $pg->open_stream('orders_eu_west_42');
+$c = $pg->open_stream('orders_eu_west_42');
 my $id = q1('SELECT pgbus_stream.broadcast(' . sql_literal($logical) . q{, '<p>by logical name</p>')});
 ok($c->wait_for_data_events(1, 10), 'broadcast() by logical name arrives');
 is(($c->data_events)[0]{data}, '<p>by logical name</p>', '... with its payload');
@@ -158,6 +170,15 @@ for my $q ('pgbus_old', 'pgbus_kept')
 	      SELECT now(), now() - interval '2 hours', jsonb_build_object('html', i) FROM generate_series(1, 5) i});
 	send_html($q, 'fresh');
 }
+# More streams under the default than one retention run visits (100):
+# every one is reached within a few runs.
+q1(q{DO $$ BEGIN
+  FOR i IN 1..150 LOOP
+    PERFORM pgmq.create('pgbus_r_' || i);
+    EXECUTE format('INSERT INTO pgmq.%I (vt, enqueued_at, message) VALUES (now(), now() - interval ''2 hours'', ''{}'')',
+                   'q_pgbus_r_' || i);
+  END LOOP;
+END $$});
 sleep 2.5;
 is(q1(q{SELECT count(*) FROM pgmq.q_pgbus_old}), '6', 'default_retention 0: nothing removed');
 $pg->append_conf('postgresql.conf', "pgbus_stream.default_retention = '1h'\n");
@@ -167,6 +188,13 @@ sleep 0.2 while time < $deadline && q1(q{SELECT count(*) FROM pgmq.q_pgbus_old})
 is(q1(q{SELECT count(*) || '/' || (SELECT count(*) FROM pgmq.a_pgbus_old) FROM pgmq.q_pgbus_old}), '1/5',
 	'default_retention 1h: the five old rows moved to the archive, the fresh one kept');
 is(q1(q{SELECT count(*) FROM pgmq.q_pgbus_kept}), '6', 'a stream with set_retention() keeps its own');
+my $left_sql = q{SELECT count(*) FROM generate_series(1, 150) i
+                  WHERE EXISTS (SELECT 1 FROM pgmq.meta WHERE queue_name = 'pgbus_r_' || i)
+                    AND (xpath('/row/c/text()', query_to_xml(format('SELECT count(*) AS c FROM pgmq.%I', 'q_pgbus_r_' || i),
+                                                              false, true, '')))[1]::text::int > 0};
+$deadline = time + 20;
+sleep 0.3 while time < $deadline && q1($left_sql) ne '0';
+is(q1($left_sql), '0', '150 streams under default_retention: every one trimmed, 100 per run');
 
 # DROP EXTENSION leaves the gem's queues working.
 q1('DROP EXTENSION pgbus_stream CASCADE');

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PgbusNode qw(sql_literal);
 
-my $pg = PgbusNode->new('gemwire', extension => 0);
+my $pg = PgbusNode->new('gemwire', extension => 0, bearer_all => 1);
 $pg->safe_psql('postgres', slurp_file("$FindBin::Bin/../lib/pgmq_fixture.sql"));
 $pg->safe_psql('postgres', 'CREATE EXTENSION pgbus_stream');
 my $queue = $pg->safe_psql('postgres', q{SELECT pgbus_stream.queue_name('ai_chat_7b1e:messages')});

@@ -1,0 +1,191 @@
+// The capture trigger's guard: a stream id must be the one the catalog
+// records for the table the trigger fires on (or that _publish() is given).
+// Plain PostgreSQL C API only, like the rest of capture.
+#include "core/auth.hpp" // before postgres.h
+#include "core/names.hpp"
+#include "capture/capture.hpp"
+
+#include <string>
+
+extern "C" {
+#include "postgres.h"
+#include "access/genam.h"
+#include "catalog/namespace.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+PG_FUNCTION_INFO_V1(pgbus_stream_broadcast_target);
+}
+
+#include "pg/guard.hpp"
+
+namespace pgbs::capture {
+namespace {
+
+int column(TupleDesc desc, const char *name) {
+  for (int i = 0; i < desc->natts; i++) {
+    Form_pg_attribute a = TupleDescAttr(desc, i);
+    if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
+      return i + 1;
+  }
+  return 0;
+}
+
+// The catalog index whose one key column is attnum (the primary key on id,
+// the unique constraint on name), or InvalidOid.
+Oid index_on(Relation rel, int attnum) {
+  Oid found = InvalidOid;
+  List *indexes = RelationGetIndexList(rel);
+  ListCell *lc;
+  foreach (lc, indexes) {
+    Relation ix = index_open(lfirst_oid(lc), AccessShareLock);
+    if (ix->rd_index->indnkeyatts == 1 && ix->rd_index->indkey.values[0] == attnum)
+      found = RelationGetRelid(ix);
+    index_close(ix, AccessShareLock);
+    if (OidIsValid(found))
+      break;
+  }
+  list_free(indexes);
+  return found;
+}
+
+// One catalog row (schema nsp's streams table), found by id (name == NULL)
+// or by name: its id and queue table. Read with a plain index scan under the
+// active snapshot: the caller may have no right to read the catalog, and a
+// stream created earlier in the same transaction must be seen.
+bool catalog_row(Oid nsp, int64 id, const char *name, int64 *id_out, char **schema, char **table) {
+  Oid catalog = get_relname_relid("streams", nsp);
+  if (!OidIsValid(catalog))
+    return false;
+  Relation rel = table_open(catalog, AccessShareLock);
+  TupleDesc desc = RelationGetDescr(rel);
+  const int id_att = column(desc, "id"), name_att = column(desc, "name"),
+            schema_att = column(desc, "queue_schema"), table_att = column(desc, "queue_table");
+  const int key_att = name ? name_att : id_att;
+  Oid index = key_att > 0 ? index_on(rel, key_att) : InvalidOid;
+  bool ok = false;
+  if (id_att > 0 && schema_att > 0 && table_att > 0 && OidIsValid(index)) {
+    ScanKeyData key;
+    if (name) {
+      ScanKeyInit(&key, key_att, BTEqualStrategyNumber, F_TEXTEQ, CStringGetTextDatum(name));
+      key.sk_collation = TupleDescAttr(desc, key_att - 1)->attcollation; // the index's order
+    } else {
+      ScanKeyInit(&key, key_att, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
+    }
+    Snapshot snap = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+    SysScanDesc scan = systable_beginscan(rel, index, true, snap, 1, &key);
+    HeapTuple tup = systable_getnext(scan);
+    if (HeapTupleIsValid(tup)) {
+      bool n0, n1, n2;
+      Datum di = heap_getattr(tup, id_att, desc, &n0);
+      Datum qs = heap_getattr(tup, schema_att, desc, &n1);
+      Datum qt = heap_getattr(tup, table_att, desc, &n2);
+      if (!n0 && !n1 && !n2) {
+        *id_out = DatumGetInt64(di);
+        *schema = TextDatumGetCString(qs);
+        *table = TextDatumGetCString(qt);
+        ok = true;
+      }
+    }
+    systable_endscan(scan);
+  }
+  table_close(rel, AccessShareLock);
+  return ok;
+}
+
+// True when the catalog records stream_id as the stream of table relid.
+bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
+  int64 id;
+  char *schema, *table;
+  if (!catalog_row(nsp, stream_id, nullptr, &id, &schema, &table))
+    return false;
+  char *relname = get_rel_name(relid);
+  char *relnsp = get_namespace_name(get_rel_namespace(relid));
+  return relname && relnsp && strcmp(schema, relnsp) == 0 && strcmp(table, relname) == 0;
+}
+
+} // namespace
+
+// Refuses a capture trigger (or an ephemeral publish) whose stream id is not
+// the one the catalog records for its table: nobody can feed another stream
+// from a table of their own. Pairs once confirmed are remembered (stream ids
+// never repeat, and only who may create such triggers could move one).
+void check_stream_table(int64_t stream_id, Oid relid, Oid fn) {
+  static struct {
+    int64 stream_id;
+    Oid relid;
+  } confirmed[64];
+  static int next = 0;
+  for (const auto &c : confirmed)
+    if (c.stream_id == stream_id && c.relid == relid)
+      return;
+  if (!catalog_says(stream_id, relid, get_func_namespace(fn)))
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("pgbus_stream: stream %lld is not the stream of table %s",
+                           (long long)stream_id, get_rel_name(relid) ? get_rel_name(relid) : "?"),
+                    errhint("Capture triggers are installed by create_stream() and attach().")));
+  confirmed[next++ % 64] = {stream_id, relid};
+}
+
+} // namespace pgbs::capture
+
+// pgbus_stream._broadcast_target(stream, OUT stream_id, OUT queue): what
+// broadcast() needs of a stream's catalog row, for any caller (the catalog
+// itself is not readable by PUBLIC; broadcast() then checks the caller's
+// INSERT privilege on the queue). Plain C: no SECURITY DEFINER, no
+// search_path to pin, no per-call settings.
+extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream name must not be NULL")));
+  char *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  const Oid ext = get_func_namespace(fcinfo->flinfo->fn_oid);
+  int64 id;
+  char *schema, *table;
+  Oid queue = InvalidOid;
+  bool found = pgbs::capture::catalog_row(ext, 0, name, &id, &schema, &table);
+  if (!found) {
+    // A logical name of the pgbus gem ("ai_chat_3a4f:messages"): the stream
+    // auto_attach made of its queue, named after the queue without the prefix
+    // (or after the whole queue when that name was taken).
+    char short_name[128] = "", queue_name[128] = "";
+    pgbs::pg::entry([&]() -> Datum {
+      pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
+      const std::string q = pgbs::names::queue_name(name, &err);
+      if (err == pgbs::names::QueueNameError::None && q.size() < sizeof(queue_name)) {
+        strlcpy(queue_name, q.c_str(), sizeof(queue_name));
+        strlcpy(short_name, pgbs::auth::gem_stream_name(name).c_str(), sizeof(short_name));
+      }
+      return (Datum)0;
+    });
+    for (const char *candidate : {(const char *)short_name, (const char *)queue_name})
+      if (!found && candidate[0] != '\0' &&
+          pgbs::capture::catalog_row(ext, 0, candidate, &id, &schema, &table))
+        found = strcmp(schema, "pgmq") == 0 && strncmp(table, "q_", 2) == 0 &&
+                strcmp(table + 2, queue_name) == 0;
+  }
+  if (found) {
+    Oid nsp = get_namespace_oid(schema, true);
+    if (OidIsValid(nsp))
+      queue = get_relname_relid(table, nsp);
+  }
+  if (!OidIsValid(queue))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("pgbus_stream: stream \"%s\" does not exist", name)));
+  TupleDesc desc;
+  if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("pgbus_stream: _broadcast_target must return a record")));
+  desc = BlessTupleDesc(desc);
+  Datum values[2] = {Int64GetDatum(id), ObjectIdGetDatum(queue)};
+  bool nulls[2] = {false, false};
+  PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+}

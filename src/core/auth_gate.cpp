@@ -1,0 +1,107 @@
+// Who may open a stream (see auth_gate.hpp).
+#include "core/auth_gate.hpp"
+
+#include "core/auth.hpp"
+
+namespace pgbs::auth {
+
+void Gate::configure(const Secrets &s) {
+  if (!verifier_keys_.empty() && s.signing_secret == signing_secret_ &&
+      s.secret_key_base == secret_key_base_) {
+    jwt_secret_ = s.jwt_secret;
+    return;
+  }
+  signing_secret_ = s.signing_secret;
+  secret_key_base_ = s.secret_key_base;
+  jwt_secret_ = s.jwt_secret;
+  verifier_keys_.clear();
+  if (!s.signing_secret.empty())
+    verifier_keys_.push_back(s.signing_secret);
+  if (!s.secret_key_base.empty()) {
+    verifier_keys_.push_back(derive_turbo_key(s.secret_key_base));       // Rails >= 7.0
+    verifier_keys_.push_back(derive_turbo_key(s.secret_key_base, true)); // Rails 6.1
+  }
+  if (verifier_keys_.empty())
+    verifier_keys_.push_back(std::string()); // "configured, with no key"
+}
+
+int Gate::authenticate(std::string_view signed_name, std::string_view bearer_or_query,
+                       std::string_view cookie, int64_t now_s, Identity *id,
+                       std::string *reason) const {
+  *id = Identity();
+  if (!signed_name.empty()) {
+    if (verifier_keys_.size() == 1 && verifier_keys_[0].empty()) {
+      *reason = "signed stream names are not enabled on this server (set "
+                "pgbus_stream.signing_secret or pgbus_stream.secret_key_base)";
+      return 401;
+    }
+    if (!verify_signed_name(signed_name, verifier_keys_, now_s, &id->signed_name, reason))
+      return 401;
+    id->present = true;
+    return 0;
+  }
+  const bool from_cookie = bearer_or_query.empty();
+  const std::string_view token = from_cookie ? cookie : bearer_or_query;
+  if (token.empty())
+    return 0;
+  Claims c;
+  if (!verify_jwt(token, jwt_secret_, now_s, &c, reason)) {
+    id->fault = (from_cookie ? "token cookie: " : "") + *reason;
+    return 0;
+  }
+  id->present = true;
+  id->grants = std::move(c.streams);
+  id->sub = std::move(c.sub);
+  id->ctx = std::move(c.ctx);
+  return 0;
+}
+
+std::string Gate::gem_target(std::string_view name) { return gem_stream_name(name); }
+
+int Gate::authorize(const Identity &id, std::string_view name, bool known, bool is_public,
+                    std::string *reason) {
+  if (known && is_public)
+    return 0;
+  if (!id.present) {
+    *reason = id.fault.empty() ? "credential required" : id.fault;
+    return 401;
+  }
+  const bool covered = !id.signed_name.empty()
+                           ? name == id.signed_name || name == gem_stream_name(id.signed_name)
+                           : any_pattern_matches(id.grants, name);
+  if (!covered) {
+    *reason = "credential does not cover this stream";
+    return 403;
+  }
+  if (!known) {
+    *reason = "unknown stream";
+    return 404;
+  }
+  return 0;
+}
+
+int Gate::authorize_subscriber(const Identity &id, std::string_view subscriber, bool any_private,
+                               std::string *reason) {
+  std::string why;
+  if (!valid_subscriber_id(subscriber, &why)) {
+    *reason = "invalid subscriber: " + why;
+    return 400;
+  }
+  if (id.sub) {
+    if (!constant_time_equal(*id.sub, subscriber)) {
+      *reason = "credential is for another subscriber";
+      return 403;
+    }
+    return 0;
+  }
+  if (!any_private)
+    return 0;
+  if (!id.present) {
+    *reason = id.fault.empty() ? "credential required" : id.fault;
+    return 401;
+  }
+  *reason = "credential names no subscriber (sub claim)";
+  return 403;
+}
+
+} // namespace pgbs::auth

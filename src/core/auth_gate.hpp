@@ -1,0 +1,79 @@
+// Who may open a stream: the decision the worker takes for each SSE request
+// (401 / 403 / 404 / 400), from the credential it presents and what the
+// catalog says of each stream. Pure C++, no PostgreSQL.
+//
+// Rules (README, "Access control"):
+//  * A public stream needs no credential; a private one needs a credential
+//    that covers it. A JWT that does not verify (Bearer, ?token= or cookie)
+//    counts as absent: a public stream ignores it (an expired cookie, which
+//    browsers send unasked, must not break one) and a private one is refused
+//    with its fault as the reason. A signed name that does not verify names
+//    no stream: 401.
+//  * Without a valid credential an unknown stream is refused like a private
+//    one (401), and with one that does not cover it like a covered private one
+//    is not (403): a refusal never tells whether a stream exists.
+//  * ?subscriber=<id> must be a valid id; on a private stream it needs a
+//    credential, and a credential with a sub must name that very id.
+#pragma once
+#include "core/no_postgres.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pgbs::auth {
+
+struct Secrets {
+  std::string signing_secret;  // raw MessageVerifier key (pgbus gem)
+  std::string secret_key_base; // Rails app secret; turbo-rails keys are derived from it
+  std::string jwt_secret;      // HS256
+};
+
+// What a verified credential says.
+struct Identity {
+  bool present = false;            // a credential was presented and verified
+  std::string signed_name;         // signed route: the name it carries
+  std::vector<std::string> grants; // JWT: names or patterns
+  std::optional<std::string> sub;
+  std::string ctx;   // JSON object text or ""
+  std::string fault; // why a JWT given was not taken ("" if it was, or none was given)
+};
+
+class Gate {
+public:
+  // Takes new secrets; derives the turbo-rails keys only when
+  // secret_key_base changed (PBKDF2 is deliberately slow).
+  void configure(const Secrets &s);
+
+  // Verifies the credential of a request: the signed name of the route if
+  // any, else the first of bearer_or_query and cookie that is not empty.
+  // Returns 0 (with *id filled; id->present false when none was given, or
+  // when the JWT did not verify: id->fault says why) or 401 with a reason
+  // (a signed name that does not verify).
+  int authenticate(std::string_view signed_name, std::string_view bearer_or_query,
+                   std::string_view cookie, int64_t now_s, Identity *id, std::string *reason) const;
+
+  // The stream a signed name opens: its name if the catalog knows it, else
+  // the gem's queue-derived form (gem_stream_name). `known` says whether a
+  // name is a stream.
+  template <typename Known> static std::string signed_target(const Identity &id, Known &&known) {
+    return known(id.signed_name) ? id.signed_name : gem_target(id.signed_name);
+  }
+
+  // 0 when id may open the stream `name`; else 401/403/404 with a reason.
+  static int authorize(const Identity &id, std::string_view name, bool known, bool is_public,
+                       std::string *reason);
+  // 0 when ?subscriber=<subscriber> (non-empty) may be used; else 400/401/403.
+  static int authorize_subscriber(const Identity &id, std::string_view subscriber, bool any_private,
+                                  std::string *reason);
+
+private:
+  static std::string gem_target(std::string_view name);
+  std::vector<std::string> verifier_keys_; // signing_secret, then the turbo-rails keys
+  std::string jwt_secret_;
+  std::string signing_secret_, secret_key_base_; // as last configured
+};
+
+} // namespace pgbs::auth
