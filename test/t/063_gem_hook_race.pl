@@ -19,7 +19,7 @@ use IPC::Run;
 use PgbusNode;
 
 my $per = 400;
-my $pg = PgbusNode->new('gemhook', extension => 0);
+my $pg = PgbusNode->new('gemhook', extension => 0, bearer_all => 1);
 $pg->safe_psql('postgres', slurp_file("$FindBin::Bin/../lib/pgmq_fixture.sql"));
 $pg->safe_psql('postgres', 'CREATE EXTENSION pgbus_stream');
 $pg->safe_psql('postgres', q{SELECT pgmq.create('pgbus_race_1_messages')});
@@ -33,7 +33,9 @@ for my $p (1 .. 3)
 {
 	my $file = "$dir/producer$p.sql";
 	open my $fh, '>', $file or die "$file: $!";
-	print $fh "SELECT pgmq.send('pgbus_race_1_messages', jsonb_build_object('html', 'p$p-$_'));\n"
+	# paced (about 2 s in all) so that the subscription lands among the writes
+	print $fh "SELECT pgmq.send('pgbus_race_1_messages', jsonb_build_object('html', 'p$p-$_'));"
+	  . ($_ % 10 == 0 ? " SELECT pg_sleep(0.05);\n" : "\n")
 	  for 1 .. $per;
 	close $fh;
 	push @h,
