@@ -3,5 +3,5 @@
 // fuzzed without a server, and so that no elog() can hide in them.
 #pragma once
 #ifdef PG_VERSION_NUM
-#error "core/ and http/ headers must be included before postgres.h (see STYLE.md)"
+#error "core/ and http/ headers must be included before postgres.h (docs/ARCHITECTURE.md, \"C++ inside PostgreSQL\")"
 #endif

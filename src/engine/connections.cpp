@@ -342,10 +342,10 @@ bool Engine::flush_cursors() {
 void Engine::apply_retention() {
   constexpr int64_t kDefaultPerRun = 100;
   const int batch = 1000;
-  std::vector<StreamInfo> todo;
+  std::vector<StreamInfo> due; // streams this run trims
   for (auto &[id, st] : streams_)
     if (st->info.has_retention)
-      todo.push_back(st->info);
+      due.push_back(st->info);
   if (cfg_.default_retention) {
     std::vector<int64_t> ids;
     if (read_ok(rows_.default_retention_streams(default_retention_after_, kDefaultPerRun, &ids))) {
@@ -357,13 +357,13 @@ void Engine::apply_retention() {
         auto it = streams_.find(id);
         StreamInfo si;
         si.id = id;
-        todo.push_back(it == streams_.end() ? si : it->second->info);
+        due.push_back(it == streams_.end() ? si : it->second->info);
       }
       if (!ids.empty())
         default_retention_after_ = ids.back(); // the next run goes on from here
     }
   }
-  for (const StreamInfo &si : todo) {
+  for (const StreamInfo &si : due) {
     auto it = streams_.find(si.id);
     Stream *st = it == streams_.end() ? nullptr : it->second.get();
     for (int round = 0; round < 10; round++) { // at most 10 batches per stream per run

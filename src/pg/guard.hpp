@@ -1,4 +1,5 @@
-// The two wrappers at the PostgreSQL/C++ boundary (STYLE.md, "two zones").
+// The two wrappers at the PostgreSQL/C++ boundary (docs/ARCHITECTURE.md,
+// "C++ inside PostgreSQL").
 //
 //  * pg::entry() wraps every entry from PostgreSQL into C++ (SQL function,
 //    trigger, worker main). The C++ body runs inside try; a caught exception is

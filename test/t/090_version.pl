@@ -70,12 +70,12 @@ for my $v (sort { vcmp($a, $b) } keys %install)
 	# Breadth-first over the upgrade scripts: ALTER EXTENSION ... UPDATE
 	# from a database made with $v must reach default_version.
 	my %seen = ($v => 1);
-	my @todo = ($v);
-	while (my $from = shift @todo)
+	my @queue = ($v);
+	while (my $from = shift @queue)
 	{
 		for my $to (@{ $edges{$from} // [] })
 		{
-			push @todo, $to unless $seen{$to}++;
+			push @queue, $to unless $seen{$to}++;
 		}
 	}
 	ok($seen{$version}, "upgrade scripts lead from $v to $version");
