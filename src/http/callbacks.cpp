@@ -306,6 +306,12 @@ MHD_Result Server::Impl::final_call(Conn *c, MHD_Connection *mc) {
     return answer(c, mc, static_cast<unsigned>(status), body, content_type.c_str(), {});
   }
   case Kind::Sse:
+    if (cfg.take_place) { // the node's limit: checked by every worker alike
+      if (!cfg.take_place())
+        return answer(c, mc, 503, "too many connections\n", kTextPlain,
+                      {{"Retry-After", retry_after(cfg)}, {"Connection", "close"}});
+      c->placed = true;
+    }
     c->phase = Phase::Pending;
     c->registered = true;
     c->req->conn_id = c->id;
@@ -377,8 +383,8 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
 }
 
 // Copies as many queued frames as fit into MHD's buffer: one socket write per
-// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct writes"). An empty
-// queue suspends the connection (push() resumes it); returning 0 without
+// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct
+// writes"). An empty queue suspends the connection (push() resumes it); returning 0 without
 // suspending would make MHD poll the reader in a busy loop.
 ssize_t Server::Impl::on_read(Conn *c, char *buf, size_t max) {
   c->delivered = c->copied; // MHD asks for more only once the last chunk went out
@@ -430,6 +436,10 @@ void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
     c->sock->current = nullptr;
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && !stream_done)
       wait_for_request(c->sock, mono_ms()); // keep-alive: the next request is due
+  }
+  if (c->placed && cfg.give_place) {
+    c->placed = false;
+    cfg.give_place();
   }
   if (c->registered) {
     unwatch(c);

@@ -70,6 +70,7 @@ struct Conn {
   std::string handler_path;
   Phase phase = Phase::Request;
   bool registered = false; // in Impl::conns (an SSE connection)
+  bool placed = false;     // holds a place of Config::take_place
   bool handed_out = false; // returned by take_pending(): its end is reported
   bool suspended = false;  // as far as we asked MHD (resume clears it at once)
   bool watched = false;    // fd in the outer epoll set (EPOLLRDHUP)
@@ -93,10 +94,10 @@ struct Conn {
   std::string gap_resume;             // id before the first drop the next notice reports
   bool gap_resume_set = false;
 
-  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames went out
-  // through MHD and its queue ran empty, a stream stays suspended in MHD and
-  // the server writes its chunks to the socket itself, one send per
-  // connection per round; MHD gets it back only to end it.
+  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames
+  // went out through MHD and its queue ran empty, a stream stays suspended in MHD and the server
+  // writes its chunks to the socket itself, one send per connection per round; MHD gets it back
+  // only to end it.
   bool direct = false;
   bool dirty = false;    // on Impl::dirty: frames queued since the last flush
   bool want_out = false; // EPOLLOUT armed: the socket took only part of a write

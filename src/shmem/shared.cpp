@@ -39,15 +39,16 @@ constexpr int kLockRing = 0, kLockStreams = 1, kLockDiagnostics = 2, kLockWorker
 
 static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
 
-// connections() rows per worker: its share of max_connections when the
-// server started. max_connections can be reloaded, and the size of shared
+// connections() rows per worker: max_connections when the server started
+// (one worker may hold all of the node's connections). max_connections can
+// be reloaded, and the size of shared
 // memory must not move with it: a crash restart re-creates shared memory in
 // the space requested at start, so the figure is taken once, in the
 // postmaster's shmem_request (its children inherit it).
 static int g_conns_per_worker = 0;
 static int conns_per_worker() {
   if (g_conns_per_worker == 0)
-    g_conns_per_worker = (guc::max_connections + guc::workers - 1) / guc::workers + 16;
+    g_conns_per_worker = guc::max_connections + 16;
   return g_conns_per_worker;
 }
 
@@ -103,8 +104,10 @@ void shmem_startup() {
     pg_atomic_init_u64(&s->overrun_seq, 0);
     pg_atomic_init_u64(&s->catalog_version, 1);
     pg_atomic_init_u64(&s->ring_overflows, 0);
+    pg_atomic_init_u32(&s->sse_total, 0);
     for (int i = 0; i < kMaxWorkers; i++) {
       pg_atomic_init_u32(&s->worker_pid[i], 0);
+      pg_atomic_init_u32(&s->sse_held[i], 0);
       pg_atomic_init_u64(&s->worker_ring_pos[i], 0);
       WorkerStats *ws = &s->worker_stats[i];
       pg_atomic_init_u64(&ws->connections, 0);
@@ -379,6 +382,32 @@ bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double
   *p50_ms = at(0.50);
   *p99_ms = at(0.99);
   return true;
+}
+
+bool take_connection_place(int w, uint32 max) {
+  Shared *s = shared();
+  uint32 n = pg_atomic_read_u32(&s->sse_total);
+  while (n < max)
+    if (pg_atomic_compare_exchange_u32(&s->sse_total, &n, n + 1)) {
+      pg_atomic_fetch_add_u32(&s->sse_held[w], 1);
+      return true;
+    } // n now holds the current value: retry
+  return false;
+}
+
+void give_connection_place(int w) {
+  Shared *s = shared();
+  if (pg_atomic_read_u32(&s->sse_held[w]) == 0)
+    return; // already given back by reset_connection_places()
+  pg_atomic_fetch_sub_u32(&s->sse_held[w], 1);
+  pg_atomic_fetch_sub_u32(&s->sse_total, 1);
+}
+
+void reset_connection_places(int w) {
+  Shared *s = shared();
+  const uint32 held = pg_atomic_exchange_u32(&s->sse_held[w], 0);
+  if (held > 0)
+    pg_atomic_fetch_sub_u32(&s->sse_total, held);
 }
 
 } // namespace pgbs::shmem

@@ -148,6 +148,11 @@ struct Shared {
   pg_atomic_uint32 worker_pid[kMaxWorkers];
   WorkerStats worker_stats[kMaxWorkers];
   WorkerConns worker_conns[kMaxWorkers];
+  // SSE connections the node holds against max_connections, all workers
+  // together (docs/ARCHITECTURE.md, "One limit for the node"), and each
+  // worker's part of it, given back when the worker exits or starts again.
+  pg_atomic_uint32 sse_total;
+  pg_atomic_uint32 sse_held[kMaxWorkers];
   Diagnostics diagnostics;
   StreamEntry *streams; // max_streams entries; found through the index (shared.cpp)
   BackendSlot *slots;   // one per PGPROC
@@ -183,6 +188,14 @@ void forget_stream(Oid dboid, int64 stream_id);
 // Worker start: drops worker w's holds and subscriber bits left by a
 // previous process in its slot.
 void clear_subscriber_bits(int w);
+
+// The node's SSE connection limit: worker w takes a place for a connection
+// (false when max places are taken, by whichever workers) and gives it back.
+// Atomics only: callable from the listener's callbacks.
+bool take_connection_place(int w, uint32 max);
+void give_connection_place(int w);
+// Worker start and exit: the places worker w's process held go back.
+void reset_connection_places(int w);
 
 // Raises entry->max_committed to at least id.
 void advance_max_committed(StreamEntry *e, int64 id);

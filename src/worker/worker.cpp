@@ -60,6 +60,7 @@ void detach_latch(int, Datum) {
   shmem::Shared *s = shmem::shared();
   s->worker_latch[worker_index] = nullptr;
   pg_atomic_write_u32(&s->worker_pid[worker_index], 0);
+  shmem::reset_connection_places(worker_index); // its sockets close with the process
   shmem::WorkerConns *wc = &s->worker_conns[worker_index];
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
   wc->count = 0;
@@ -104,7 +105,7 @@ void plan_file_limit() {
   if (pg_share < max_safe_fds)
     max_safe_fds = (int)Max(pg_share, 1L);
   g_max_sockets = (int)Max(limit - open_now - pg_share - kFdsForSystem - kFdsForListener, 1L);
-  const long share = (guc::max_connections + guc::workers - 1) / guc::workers;
+  const long share = guc::max_connections; // one limit for the node: any worker may hold it all
   const size_t holds = http::sse_capacity([&] {
     http::Config c;
     c.max_connections = (int)share;
@@ -161,7 +162,14 @@ http::Config http_config() {
   c.listen_addresses = guc::listen_addresses ? guc::listen_addresses : "127.0.0.1";
   c.port = guc::port;
   c.reuse_port = true;
-  c.max_connections = (guc::max_connections + guc::workers - 1) / guc::workers;
+  // One limit for the node (docs/ARCHITECTURE.md, "One limit for the node"):
+  // each worker may hold up to all of it, and every connection takes a place
+  // in shared memory, so no worker refuses while the node has room.
+  c.max_connections = guc::max_connections;
+  c.take_place = [] {
+    return shmem::take_connection_place(worker_index, (uint32)Max(guc::max_connections, 0));
+  };
+  c.give_place = [] { shmem::give_connection_place(worker_index); };
   c.heartbeat_interval_s = guc::heartbeat_interval;
   c.idle_timeout_s = guc::idle_timeout;
   c.max_lifetime_s = guc::max_lifetime;
@@ -532,6 +540,7 @@ void pgbus_stream_worker_main(Datum arg) {
   shmem::Shared *s = shmem::shared();
   s->worker_latch[worker::worker_index] = MyLatch;
   pg_atomic_write_u32(&s->worker_pid[worker::worker_index], (uint32)MyProcPid);
+  shmem::reset_connection_places(worker::worker_index); // left by a previous process
   before_shmem_exit(worker::detach_latch, 0);
 
   char message[512];
