@@ -66,6 +66,41 @@ BEGIN
   RETURN s;
 END $$;
 
+-- The capture of rows a logical-replication subscription applies into a
+-- queue (its apply worker fires only row-level triggers, and only those
+-- enabled REPLICA or ALWAYS): an AFTER INSERT FOR EACH ROW trigger enabled
+-- REPLICA, which ordinary producers never run. Same checks as _capture().
+CREATE FUNCTION @extschema@._capture_applied() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'pgbus_stream_capture_applied' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._capture_applied() FROM PUBLIC;
+
+-- Queues hooked before this version get the trigger too.
+DO $$
+DECLARE s @extschema@.streams;
+BEGIN
+  FOR s IN SELECT * FROM @extschema@.streams
+            WHERE hooked AND to_regclass(format('%I.%I', queue_schema, queue_table)) IS NOT NULL LOOP
+    EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
+                   'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
+    EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);
+  END LOOP;
+END $$;
+
+-- detach removes the capture hook and forgets the stream; the queue stays.
+CREATE OR REPLACE FUNCTION @extschema@.detach(name text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE s @extschema@.streams := @extschema@._stream(name);
+        rel regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
+BEGIN
+  IF rel IS NOT NULL THEN
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %s', rel);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_applied ON %s', rel);
+  END IF;
+  DELETE FROM @extschema@.streams WHERE id = s.id;
+  DELETE FROM @extschema@.subscribers WHERE stream = s.name;
+  PERFORM @extschema@._catalog_changed(NULL);
+END $$;
+
 -- _hook_triggers puts the capture triggers on a stream's queue table. For an
 -- auto-attached stream the worker calls it at the first subscription: CREATE
 -- TRIGGER waits for the inserts in flight, so every row committed before it
@@ -82,6 +117,9 @@ BEGIN
                  'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
   EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I REFERENCING NEW TABLE AS pgbus_new '
                  'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
+                 'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);
   UPDATE @extschema@.streams SET hooked = true WHERE id = s.id;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@._hook_triggers(bigint) FROM PUBLIC;

@@ -65,6 +65,14 @@ CREATE FUNCTION @extschema@._capture() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture' LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@._capture() FROM PUBLIC;
 
+-- The capture of rows a logical-replication subscription applies into a
+-- queue (its apply worker fires only row-level triggers, and only those
+-- enabled REPLICA or ALWAYS): an AFTER INSERT FOR EACH ROW trigger enabled
+-- REPLICA, which ordinary producers never run. Same checks as _capture().
+CREATE FUNCTION @extschema@._capture_applied() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'pgbus_stream_capture_applied' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@._capture_applied() FROM PUBLIC;
+
 CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint, fresh boolean DEFAULT false) RETURNS void
   AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint, boolean) FROM PUBLIC;
@@ -151,6 +159,9 @@ BEGIN
                  'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
   EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I REFERENCING NEW TABLE AS pgbus_new '
                  'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
+                 'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);
   UPDATE @extschema@.streams SET hooked = true WHERE id = s.id;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@._hook_triggers(bigint) FROM PUBLIC;
@@ -267,6 +278,7 @@ BEGIN
   IF rel IS NOT NULL THEN
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %s', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_applied ON %s', rel);
   END IF;
   DELETE FROM @extschema@.streams WHERE id = s.id;
   DELETE FROM @extschema@.subscribers WHERE stream = s.name;

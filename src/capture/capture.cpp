@@ -474,6 +474,29 @@ void install_callbacks() {
 
 void note_catalog_change() { tx.catalog_changed = true; }
 
+void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
+  static LocalTransactionId warned = InvalidLocalTransactionId;
+  TxStream *ts = register_stream(stream_id);
+  if (msg_id <= ts->floor) {
+    if (warned != MyProc->lxid)
+      ereport(WARNING,
+              (errmsg("pgbus_stream: replicated msg_id " INT64_FORMAT " is not above " INT64_FORMAT
+                      ", the highest id already committed to "
+                      "this stream: its subscribers here will not get it",
+                      msg_id, ts->floor),
+               errhint("On the publisher, ids of this queue were committed out of order.")));
+    warned = MyProc->lxid;
+    return;
+  }
+  char *payload = nullptr;
+  uint32 lens[3] = {0, 0, 0};
+  uint64 exclude = 0;
+  if (message != 0 && pgbs::guc::inline_payload_max > 0 && !tx.overflowed && !tx.inline_full &&
+      pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0)
+    payload = inline_payload((Datum)message, &lens[0], &lens[1], &lens[2], &exclude);
+  collect(ts, msg_id, payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
+}
+
 } // namespace pgbs::capture
 
 using namespace pgbs::capture;

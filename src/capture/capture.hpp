@@ -14,4 +14,10 @@ void note_catalog_change();
 // table relid; the catalog is the one of the schema of function fn (Oids;
 // stream_check.cpp).
 void check_stream_table(int64_t stream_id, unsigned int relid, unsigned int fn);
+// One row a logical-replication subscription applied (applied.cpp): collected
+// like a captured insert of this transaction. message is the row's message
+// column as a Datum (0 when null or absent). An id not above what this stream
+// already committed cannot reach subscribers any more: it is reported with a
+// WARNING, never refused (refusing would stop the subscription).
+void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message);
 } // namespace pgbs::capture
