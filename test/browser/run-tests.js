@@ -55,8 +55,8 @@ async function main() {
       note: (s) => { notes.push(s); console.log(`#   ${s}`); },
       // Opens a page in a fresh browser context; console output and page
       // errors are kept for the report. label names the screenshot.
-      async openPage(label, url) {
-        const context = await browser.newContext({ viewport: { width: 1000, height: 700 } });
+      async openPage(label, url, contextOptions = {}) {
+        const context = await browser.newContext({ viewport: { width: 1000, height: 700 }, ...contextOptions });
         contexts.push(context);
         const page = await context.newPage();
         page.consoleLog = [];

@@ -33,6 +33,11 @@ if [ ! -x "$CHROMIUM" ]; then
   say "installing chromium (Debian package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  [ $IS_ROOT = 1 ] || die "nginx missing; install Debian's nginx (apt-get install nginx)"
+  say "installing nginx (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+fi
 command -v node >/dev/null && command -v npm >/dev/null || {
   [ $IS_ROOT = 1 ] || die "node and npm are needed"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
@@ -110,7 +115,8 @@ say "cluster $DATA (socket $WORK:$PGPORT), worker http://127.0.0.1:$SSE_PORT, pa
 
 export PGB_PGHOST="$WORK" PGB_PGPORT="$PGPORT" PGB_PGUSER=pgbus PGB_PGDATABASE=postgres \
        PGB_SSE_PORT="$SSE_PORT" PGB_PAGE_PORT="$PAGE_PORT" PGB_OTHER_PORT="$OTHER_PORT" \
-       PGB_OUTPUT="$OUT" PGB_CHROMIUM="$CHROMIUM"
+       PGB_OUTPUT="$OUT" PGB_CHROMIUM="$CHROMIUM" \
+       PGB_PGDATA="$DATA" PGB_PGBIN="$PGBIN" PGB_PGLOG="$WORK/postgres.log" PGB_PG_AS="${AS[*]}"
 # In the background so that a signal to this script is handled at once (the
 # trap stops the tests, then the cluster).
 (cd "$HERE" && exec timeout --kill-after=10 "${TEST_TIMEOUT:-900}" node run-tests.js "$@") &

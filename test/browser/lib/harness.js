@@ -20,6 +20,10 @@ const cfg = {
   otherPort: Number(env('PGB_OTHER_PORT', '8091')),
   output: env('PGB_OUTPUT', path.resolve(__dirname, '..', 'output')),
   chromium: env('PGB_CHROMIUM', '/usr/bin/chromium'),
+  pgData: env('PGB_PGDATA', ''),
+  pgBin: env('PGB_PGBIN', '/usr/lib/postgresql/15/bin'),
+  pgLog: env('PGB_PGLOG', ''),
+  pgAs: env('PGB_PG_AS', '').split(' ').filter(Boolean), // runuser prefix when run as root
 };
 cfg.sseOrigin = `http://127.0.0.1:${cfg.ssePort}`;
 cfg.pageOrigin = `http://127.0.0.1:${cfg.pagePort}`;  // listed in pgbus_stream.cors_origins
@@ -61,6 +65,18 @@ async function committedPayloads(stream) {
   if (archive) q += ` UNION ALL SELECT msg_id, message->>'html' FROM ${qi(schema)}.${qi(archive)}`;
   const out = await sql(`SELECT coalesce(json_agg(html ORDER BY msg_id), '[]') FROM (${q}) AS r(msg_id, html)`);
   return JSON.parse(out);
+}
+
+// pg_ctl on the test cluster (as its OS user): pgCtl(['-m', 'immediate', 'stop']).
+function pgCtl(args, { timeout = 90000 } = {}) {
+  if (!cfg.pgData) return Promise.reject(new Error('PGB_PGDATA is not set (run through run.sh)'));
+  const argv = [...cfg.pgAs, path.join(cfg.pgBin, 'pg_ctl'), '-D', cfg.pgData, ...args];
+  return new Promise((resolve, reject) => {
+    execFile(argv[0], argv.slice(1), { timeout }, (err, stdout, stderr) => {
+      if (err) { err.message = `pg_ctl ${args.join(' ')} failed: ${String(stderr).trim() || err.message}`; reject(err); }
+      else resolve(String(stdout).trim());
+    });
+  });
 }
 
 async function workerPids() {
@@ -198,5 +214,5 @@ function tokenHighest(tok) {
   return Math.max(...nums);
 }
 
-module.exports = { cfg, sleep, lit, sql, broadcast, committedPayloads, workerPids, announce, waitFor, probeSSE,
+module.exports = { cfg, sleep, lit, sql, broadcast, committedPayloads, workerPids, pgCtl, announce, waitFor, probeSSE,
                    waitForWorker, launchBrowser, CutProxy, tokenHighest };
