@@ -481,8 +481,8 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
     if (warned != MyProc->lxid)
       ereport(WARNING,
               (errmsg("pgbus_stream: replicated msg_id " INT64_FORMAT " is not above " INT64_FORMAT
-                      ", the highest id already committed to "
-                      "this stream: its subscribers here will not get it",
+                      ", the highest id already committed to this stream: its subscribers here "
+                      "will not get it",
                       msg_id, ts->floor),
                errhint("On the publisher, ids of this queue were committed out of order.")));
     warned = MyProc->lxid;

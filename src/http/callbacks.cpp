@@ -383,8 +383,8 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
 }
 
 // Copies as many queued frames as fit into MHD's buffer: one socket write per
-// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct
-// writes"). An empty queue suspends the connection (push() resumes it); returning 0 without
+// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct writes"). An empty
+// queue suspends the connection (push() resumes it); returning 0 without
 // suspending would make MHD poll the reader in a busy loop.
 ssize_t Server::Impl::on_read(Conn *c, char *buf, size_t max) {
   c->delivered = c->copied; // MHD asks for more only once the last chunk went out

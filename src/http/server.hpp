@@ -18,8 +18,8 @@ namespace pgbs::http {
 struct Config {
   std::string listen_addresses = "127.0.0.1"; // comma-separated; "*" = all IPv4+IPv6
   int port = 8080;
-  bool reuse_port = true;      // SO_REUSEPORT so several workers share the port
-  int max_connections = 10000; // SSE connections of this worker; beyond: 503 + Retry-After
+  bool reuse_port = true;        // SO_REUSEPORT so several workers share the port
+  int max_connections = 10000;   // SSE connections of this worker; beyond: 503 + Retry-After
   // A limit shared with other listeners (the workers of one node): each SSE
   // connection this listener would hold first takes a place (false: 503 +
   // Retry-After) and gives it back when it is gone. Unset: none.
@@ -58,9 +58,9 @@ struct Config {
   // libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT).
   // A request's head must fit in about 45 % of it (measured with 0.9.75: 4 kB
   // serves a 1.5 kB cookie, 16 kB a 7 kB one, 32 kB a 16 kB one; beyond: 431),
-  // it bounds one coalesced write to an SSE socket (HTTP/1.1, docs/ARCHITECTURE.md "HTTP: direct
-  // writes"), and it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per idle
-  // stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
+  // it bounds one coalesced write to an SSE socket (HTTP/1.1, docs/ARCHITECTURE.md "HTTP: direct writes"), and
+  // it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per
+  // idle stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
   size_t connection_memory_limit = 16 * 1024;
   // Sockets the listener may hold in all, from the open-files limit left to
   // it (0 = unknown: derived from max_connections). A part of it is kept for

@@ -94,10 +94,10 @@ struct Conn {
   std::string gap_resume;             // id before the first drop the next notice reports
   bool gap_resume_set = false;
 
-  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames
-  // went out through MHD and its queue ran empty, a stream stays suspended in MHD and the server
-  // writes its chunks to the socket itself, one send per connection per round; MHD gets it back
-  // only to end it.
+  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames went out
+  // through MHD and its queue ran empty, a stream stays suspended in MHD and
+  // the server writes its chunks to the socket itself, one send per
+  // connection per round; MHD gets it back only to end it.
   bool direct = false;
   bool dirty = false;    // on Impl::dirty: frames queued since the last flush
   bool want_out = false; // EPOLLOUT armed: the socket took only part of a write

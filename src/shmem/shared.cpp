@@ -387,11 +387,11 @@ bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double
 bool take_connection_place(int w, uint32 max) {
   Shared *s = shared();
   uint32 n = pg_atomic_read_u32(&s->sse_total);
-  while (n < max)
+  while (n < max) // a failed exchange reloads n with the current count
     if (pg_atomic_compare_exchange_u32(&s->sse_total, &n, n + 1)) {
       pg_atomic_fetch_add_u32(&s->sse_held[w], 1);
       return true;
-    } // n now holds the current value: retry
+    }
   return false;
 }
 
