@@ -23,6 +23,12 @@ function readmeBlock(heading) {
   return m[1];
 }
 
+// The ```nginx block of "Switching from the pgbus streamer" (or `heading`)
+// with the worker's address (127.0.0.1:8080 there) pointed at `ssePort`.
+function readmeLocation(ssePort, heading = '## Switching from the pgbus streamer') {
+  return substitute(readmeBlock(heading), [['127.0.0.1:8080', `127.0.0.1:${ssePort}`]]);
+}
+
 // Replaces each [from, to] in text; every `from` must be there.
 function substitute(text, pairs) {
   for (const [from, to] of pairs) {
@@ -118,4 +124,4 @@ ${body}
            accessLog: read('access.log'), stop };
 }
 
-module.exports = { startNginx, readmeBlock, substitute, makeCert, freePort };
+module.exports = { startNginx, readmeBlock, readmeLocation, substitute, makeCert, freePort };
