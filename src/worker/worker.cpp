@@ -105,10 +105,12 @@ void plan_file_limit() {
   if (pg_share < max_safe_fds)
     max_safe_fds = (int)Max(pg_share, 1L);
   g_max_sockets = (int)Max(limit - open_now - pg_share - kFdsForSystem - kFdsForListener, 1L);
-  const long share = guc::max_connections; // one limit for the node: any worker may hold it all
+  // Any worker may hold all of the node's connections; the node reaches
+  // max_connections when each can hold its share of it.
+  const long share = (guc::max_connections + guc::workers - 1) / guc::workers;
   const size_t holds = http::sse_capacity([&] {
     http::Config c;
-    c.max_connections = (int)share;
+    c.max_connections = guc::max_connections;
     c.max_sockets = g_max_sockets;
     return c;
   }());
