@@ -11,25 +11,13 @@ extern "C" {
 #include "postgres.h"
 #include "access/htup_details.h"
 #include "commands/trigger.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture_applied);
 }
-
-namespace {
-
-int attnum_named(TupleDesc desc, const char *name) {
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute a = TupleDescAttr(desc, i);
-    if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
-      return i + 1;
-  }
-  return 0;
-}
-
-} // namespace
 
 // pgbus_stream._capture_applied(stream_id)
 extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
@@ -46,8 +34,8 @@ extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
   pgbs::capture::check_stream_table(stream_id, RelationGetRelid(td->tg_relation),
                                     fcinfo->flinfo->fn_oid);
   TupleDesc desc = RelationGetDescr(td->tg_relation);
-  const int id_att = attnum_named(desc, "msg_id");
-  if (id_att == 0)
+  const int id_att = SPI_fnumber(desc, "msg_id"); // a pure lookup: no SPI connection needed
+  if (id_att <= 0)
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
                     errmsg("pgbus_stream: table \"%s\" has no msg_id column",
                            RelationGetRelationName(td->tg_relation))));
@@ -56,7 +44,7 @@ extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
   if (isnull)
     return PointerGetDatum(NULL);
   Datum message = 0;
-  if (const int m_att = attnum_named(desc, "message")) {
+  if (const int m_att = SPI_fnumber(desc, "message"); m_att > 0) {
     bool mnull;
     const Datum m = heap_getattr(td->tg_trigtuple, m_att, desc, &mnull);
     if (!mnull)
