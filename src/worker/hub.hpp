@@ -54,6 +54,7 @@ public:
   void retention_removed(void *stream, int64_t rows) override;
   void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,
                   const std::string &detail) override;
+  bool awaited(const std::string &name, bool on) override;
 
 private:
   uint32_t dboid_;
@@ -105,6 +106,9 @@ private:
   RingReader reader_;
   uint64_t catalog_version_ = 0;
   bool catalog_loaded_ = false;
+  // The catalog counters as the engine last heard them (see catalog_state).
+  void catalog_state();
+  void publish_lookup_figures();
   std::vector<shmem::StreamEntry *> entries_; // for the round's streams, in order
   engine::HorizonBounds bounds_;
   std::vector<ring::Event> events_;
