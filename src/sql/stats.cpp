@@ -66,7 +66,7 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     if (pid == 0)
       continue;
     pgbs::shmem::WorkerStats *w = &s->worker_stats[i];
-    // 0.1.0's workers() has the first nine columns (only as many as the caller declared are read).
+    // 0.1.0's workers() declares the first nine columns: only those are read.
     Datum values[11];
     bool nulls[11] = {false};
     values[0] = Int32GetDatum(i);
@@ -114,9 +114,9 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
       values[2] = CStringGetTextDatum(c->streams);
       values[3] = CStringGetTextDatum(c->remote);
       // Unix microseconds -> TimestampTz (microseconds since 2000-01-01)
-      values[4] = TimestampTzGetDatum(
-          (TimestampTz)(c->connected_at_us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
-                                              SECS_PER_DAY * USECS_PER_SEC)));
+      values[4] = TimestampTzGetDatum((TimestampTz)(c->connected_at_us -
+                                                    ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
+                                                     SECS_PER_DAY * USECS_PER_SEC)));
       values[5] = CStringGetTextDatum(c->cursor);
       values[6] = Int64GetDatum(c->queued_events);
       values[7] = Int64GetDatum(c->queued_bytes);
@@ -135,8 +135,8 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
 }
 
 static Datum unix_us_to_timestamptz(int64 us) {
-  return TimestampTzGetDatum((TimestampTz)(us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
-                                                 SECS_PER_DAY * USECS_PER_SEC)));
+  return TimestampTzGetDatum(
+      (TimestampTz)(us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC)));
 }
 
 // diagnostics(): the ring of recent lifecycle events, oldest first, with the
