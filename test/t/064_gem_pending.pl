@@ -60,7 +60,19 @@ sub send_sql
 	return "SELECT pgmq.send('$queue', jsonb_build_object('html', " . sql_literal($html) . '))';
 }
 
-sub pending_total { return q1('SELECT coalesce(sum(pending), 0) FROM pgbus_stream.workers()') }
+# -1 where workers() has no such column (a build without waiting subscriptions)
+sub pending_total
+{
+	my ($rc, $out) = $pg->psql('postgres', 'SELECT coalesce(sum(pending), 0) FROM pgbus_stream.workers()');
+	return $rc == 0 ? $out : -1;
+}
+
+sub workers_waiting
+{
+	my ($rc, $out) =
+	  $pg->psql('postgres', 'SELECT count(*) FROM pgbus_stream.workers() WHERE pending > 0');
+	return $rc == 0 ? $out : -1;
+}
 
 sub wait_pending
 {
@@ -99,7 +111,7 @@ sub open_pending
 	$c->poll(0.3);
 	is_deeply(datas($c), [qw(m1 m2 m3)], 'signed name: each once, in order');
 	ok(wait_pending(0), 'signed name: no longer waiting');
-	my $last = ($c->data_events)[-1]{id};
+	my $last = (map { $_->{id} } $c->data_events)[-1] // '0';
 	$c->close;
 
 	# Reconnect with the last id: exactly what followed.
@@ -151,12 +163,9 @@ sub open_pending
 	{
 		push @c, $pg->sse('/streams/both_w', headers => { Authorization => "Bearer $token" });
 		$c[-1]->wait_for_events(1, 10);
-		last
-		  if @c >= 2
-		  && q1('SELECT count(*) FROM pgbus_stream.workers() WHERE pending > 0') == 2;
+		last if @c >= 2 && workers_waiting() == 2;
 	}
-	is(q1('SELECT count(*) FROM pgbus_stream.workers() WHERE pending > 0'),
-		'2', 'subscriptions wait on both workers (' . scalar(@c) . ' connections)');
+	is(workers_waiting(), '2', 'subscriptions wait on both workers (' . scalar(@c) . ' connections)');
 	q1(q{SELECT pgmq.create('pgbus_both_w')});
 	q1(send_sql('pgbus_both_w', "w$_")) for 1 .. 3;
 	for my $i (0 .. $#c)
@@ -186,7 +195,7 @@ sub open_pending
 	ok($c->wait_for_data_events(3, 10), 'the new stream joins the connection');
 	$c->poll(0.3);
 	is_deeply([ sort @{ datas($c) } ], [qw(new1 old1 old2)], 'several streams: each message once');
-	like(($c->data_events)[-1]{id}, qr/,/, 'the id names both streams');
+	like((map { $_->{id} } $c->data_events)[-1] // '', qr/,/, 'the id names both streams');
 	$c->close;
 }
 

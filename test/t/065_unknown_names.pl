@@ -28,7 +28,12 @@ $pg->safe_psql('postgres', 'CREATE EXTENSION pgbus_stream');
 $pg->create_stream('live', public => 1);
 
 sub q1 { return $pg->safe_psql('postgres', $_[0]) }
-sub reads { return q1('SELECT sum(catalog_reads) FROM pgbus_stream.workers()') }
+# undef where workers() has no such column (a build that does not count them)
+sub reads
+{
+	my ($rc, $out) = $pg->psql('postgres', 'SELECT sum(catalog_reads) FROM pgbus_stream.workers()');
+	return $rc == 0 ? $out : undef;
+}
 
 sub jwt
 {
@@ -57,7 +62,7 @@ my $before = reads();
 my %st;
 $st{ status_of("/streams/made_up_$_") }++ for 1 .. 300;
 is_deeply(\%st, { 401 => 300 }, '300 made-up names without a credential: 401 each');
-is(reads() - $before, 0, 'and not one catalog query for them');
+is(defined $before ? reads() - $before : undef, 0, 'and not one catalog query for them');
 $pg->broadcast('live', 'still here');
 ok($live->wait_for_data_events(1, 10), 'the live subscriber got its message meanwhile');
 
@@ -70,7 +75,7 @@ for my $i (1 .. 100)
 	$st{ status_of('/streams/other_' . ($i % 5), headers => { Authorization => "Bearer $token" }) }++;
 }
 is_deeply(\%st, { 403 => 100 }, '100 requests for 5 unknown names the JWT does not cover: 403');
-my $cached = reads() - $before;
+my $cached = defined $before ? reads() - $before : 1e9;
 cmp_ok($cached, '<=', 5, "at most one catalog query per name ($cached)");
 
 # Waiting subscriptions for a name asked again and again: read once.
@@ -81,7 +86,7 @@ for (1 .. 20)
 	$c->wait_for_events(1, 5);
 	$c->close;
 }
-cmp_ok(reads() - $before, '<=', 1, 'a name awaited 20 times: at most one catalog query');
+cmp_ok(defined $before ? reads() - $before : 1e9, '<=', 1, 'a name awaited 20 times: at most one catalog query');
 
 # Created afterwards: found at once.
 q1(q{SELECT pgbus_stream.create_stream('made_up_7', public => true)});
