@@ -149,7 +149,7 @@ public:
   // A subscription of this process waits (on) or no longer waits (off) for
   // a stream that does not exist yet, so that its creator hooks the queue at
   // once; false when `on` found no room (the subscription is refused).
-  virtual bool awaited(const std::string &name, bool on) { return true; }
+  virtual bool awaited(const std::string & /*name*/, bool /*on*/) { return true; }
 };
 
 } // namespace pgbs::engine
