@@ -65,17 +65,21 @@ as_pg "$BIN/pg_ctl" -D "$TMP/data" -l "$TMP/log" -w start >/dev/null
 psql_q() { as_pg "$BIN/psql" -XAtq -v ON_ERROR_STOP=1 -h "$TMP" -p "$PGPORT" -d postgres "$@"; }
 psql_q -c 'CREATE EXTENSION pgbus_stream'
 psql_q -c "SELECT pgbus_stream.create_stream('live', public => true)" >/dev/null
-psql_q -c "SELECT count(pgbus_stream.create_stream('private_' || i)) FROM generate_series(1, 1000) i" >/dev/null
+for b in $(seq 0 9); do # 100 streams per transaction: each takes several locks
+  psql_q -c "SELECT count(pgbus_stream.create_stream('private_' || i)) FROM generate_series($((b * 100 + 1)), $((b * 100 + 100))) i" >/dev/null
+done
 for _ in $(seq 50); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTPPORT/streams/live" -m 0.3 || true)" = 200 ] && break
   sleep 0.2
 done
 TOKEN=$(psql_q -c "SELECT pgbus_stream.sign_token(ARRAY['room_*'], '1 hour')")
-CONNINFO="host=$TMP port=$PGPORT dbname=postgres"
+if [ "$(id -u)" = 0 ]; then DBUSER=pgbus; else DBUSER=$(id -un); fi # initdb's superuser
+CONNINFO="host=$TMP port=$PGPORT dbname=postgres user=$DBUSER"
 reads() { psql_q -c "SELECT coalesce(sum((to_jsonb(w) ->> 'catalog_reads')::bigint), -1) FROM pgbus_stream.workers() w"; }
 
 run() { # variant round -> one JSON line
-  local variant=$1 round=$2 ready=$TMP/ready.$variant.$round cpid fpid="" r0 r1
+  local variant=$1 round=$2
+  local ready=$TMP/ready.$variant.$round cpid fpid="" r0 r1
   rm -f "$ready"
   "$HERE/bench/bin/sse_load" --host 127.0.0.1 --port "$HTTPPORT" --path /streams/live --conns 1 \
     --warmup 1 --duration $((SECONDS_PER_RUN + 1)) --ready-file "$ready" --label "$variant" \
@@ -91,7 +95,8 @@ run() { # variant round -> one JSON line
     BG+=("$fpid")
   fi
   "$HERE/bench/bin/publisher" --target pgbus --conninfo "$CONNINFO" --stream live --rate "$RATE" \
-    --duration "$SECONDS_PER_RUN" >"$TMP/publisher.json" 2>"$TMP/publisher.log"
+    --duration "$SECONDS_PER_RUN" >"$TMP/publisher.json" 2>"$TMP/publisher.log" ||
+    { cat "$TMP/publisher.log" >&2; exit 1; }
   wait "$cpid" || true
   [ -n "$fpid" ] && { wait "$fpid" || true; }
   r1=$(reads)
