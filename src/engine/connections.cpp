@@ -54,7 +54,7 @@ bool missed_ephemeral(const Stream &st, const cursor::StreamPosition &p) {
 
 } // namespace
 
-bool Engine::subscribe(const Subscribe &req, bool again) {
+bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   auto reject = [&](int status, const std::string &reason) {
     sink_.reject(req.conn_id, status, reason);
     std::string detail = std::to_string(status) + " " + reason;
@@ -126,6 +126,8 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
   if (!req.subscriber.empty())
     if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why))
       return reject(status, why + "\n");
+  if (!again && !c->subs.empty() && !bounded)
+    return false; // positions are taken from the streams: bring them up to date first
   if (!again)
     for (const Sub &s : c->subs)
       if (s.st->first_bounds)

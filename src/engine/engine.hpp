@@ -122,9 +122,11 @@ public:
   void round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds);
 
   // Decides an SSE request (reject, or open and start its replay). False
-  // (nothing decided) when a stream it names was just loaded and no round has
-  // bounded it yet: run a full round, then call again with `again` set.
-  bool subscribe(const Subscribe &req, bool again = false);
+  // (nothing decided) when it would open a stream and no full round ran since
+  // the last drain (`bounded` false), or a stream it names was just loaded and
+  // no round has bounded it yet: run a full round, then call again with
+  // `again` set. A refusal needs no round.
+  bool subscribe(const Subscribe &req, bool again = false, bool bounded = true);
   // The sink closed the connection: forget it.
   void closed(uint64_t conn_id);
   // Continues paged replays and lagging connections that have room; true while some remain.

@@ -229,8 +229,9 @@ void Hub::subscribe(const http::Request &req) {
   s.remote_addr = req.remote_addr;
   engine_.set_now((int64_t)GetCurrentTimestamp());
   catalog_state();
-  if (!engine_.subscribe(s)) {
-    cycle(true); // a stream just loaded: bound it first
+  if (!engine_.subscribe(s, false, batch_bounded_)) {
+    cycle(true); // every stream up to date (and a stream just loaded bounded) first
+    batch_bounded_ = true;
     engine_.subscribe(s, true);
   }
   publish_lookup_figures();

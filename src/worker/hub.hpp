@@ -76,6 +76,9 @@ public:
   // One wake-up: horizon bounds, ring drain, dispatch, horizon advance.
   // full: every stream's horizon (subscribing needs a full one first).
   void cycle(bool full = false);
+  // A batch of requests begins: the first one that opens a stream runs a
+  // full round first.
+  void new_batch() { batch_bounded_ = false; }
   void subscribe(const http::Request &req);
   void closed(uint64_t conn_id) { engine_.closed(conn_id); }
   bool continue_replays() { return engine_.continue_paging(); }
@@ -106,6 +109,7 @@ private:
   RingReader reader_;
   uint64_t catalog_version_ = 0;
   bool catalog_loaded_ = false;
+  bool batch_bounded_ = false;
   // The catalog counters as the engine last heard them (see catalog_state).
   void catalog_state();
   void publish_lookup_figures();
