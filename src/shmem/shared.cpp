@@ -103,6 +103,8 @@ void shmem_startup() {
     pg_atomic_init_u64(&s->overrun_seq, 0);
     pg_atomic_init_u64(&s->catalog_version, 1);
     pg_atomic_init_u64(&s->ring_overflows, 0);
+    pg_atomic_init_u64(&s->presence_gen, 0);
+    pg_atomic_init_u32(&s->presence_workers, 0);
     for (int i = 0; i < kMaxWorkers; i++) {
       pg_atomic_init_u32(&s->worker_pid[i], 0);
       pg_atomic_init_u64(&s->worker_ring_pos[i], 0);
@@ -302,6 +304,17 @@ static void copy_field(char *dst, size_t cap, const char *src) {
   if (n)
     memcpy(dst, src, n);
   dst[n] = '\0';
+}
+
+void presence_changed(int w) {
+  Shared *s = shared();
+  pg_atomic_fetch_add_u64(&s->presence_gen, 1); // full barrier: after the rows, before the latches
+  const uint32 watchers = pg_atomic_read_u32(&s->presence_workers);
+  for (int i = 0; i < kMaxWorkers; i++) {
+    Latch *l = s->worker_latch[i];
+    if (i != w && (watchers & (1u << i)) != 0 && l != nullptr)
+      SetLatch(l);
+  }
 }
 
 void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream,

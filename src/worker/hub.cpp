@@ -192,11 +192,45 @@ void Hub::subscribe(const http::Request &req) {
   s.replay = req.replay;
   s.subscriber = req.subscriber;
   s.remote_addr = req.remote_addr;
+  s.presence = req.presence;
   engine_.set_now((int64_t)GetCurrentTimestamp());
   if (!engine_.subscribe(s)) {
     cycle(true); // a stream just loaded: bound it first
     engine_.subscribe(s, true);
   }
+  std::vector<std::pair<int64_t, std::string>> streams;
+  std::optional<std::string> sub;
+  bool wants = false;
+  if (engine_.presence_of(req.conn_id, &streams, &sub, &wants)) {
+    membership_++;
+    if (wants)
+      presence_.add(req.conn_id, streams);
+  }
+}
+
+void Hub::presence_round() {
+  shmem::Shared *s = shmem::shared();
+  const uint32 bit = 1u << worker_index_;
+  if (presence_.empty()) {
+    if (presence_bit_)
+      pg_atomic_fetch_and_u32(&s->presence_workers, ~bit);
+    presence_bit_ = false;
+    return;
+  }
+  bool force = false;
+  if (!presence_bit_) {
+    pg_atomic_fetch_or_u32(&s->presence_workers, bit); // full barrier: before gen is read
+    presence_bit_ = true;
+    force = true;
+  }
+  const uint64 gen = pg_atomic_read_u64(&s->presence_gen);
+  if (!force && gen == presence_seen_ && !presence_.pending())
+    return;
+  presence_seen_ = gen;
+  count_presence(presence_.streams(), &presence_counts_, &presence_scratch_);
+  presence_.update(presence_counts_, [this](uint64_t conn_id, const std::string &frame) {
+    return engine_.push_control(conn_id, frame);
+  });
 }
 
 void Hub::prune_history() {

@@ -7,6 +7,7 @@
 #include "core/metrics.hpp"
 #include "engine/engine.hpp"
 #include "http/server.hpp"
+#include "worker/presence_rows.hpp"
 #include "worker/sql_source.hpp"
 #include "worker/ring_reader.hpp" // after the PostgreSQL-free headers
 
@@ -76,7 +77,21 @@ public:
   // full: every stream's horizon (subscribing needs a full one first).
   void cycle(bool full = false);
   void subscribe(const http::Request &req);
-  void closed(uint64_t conn_id) { engine_.closed(conn_id); }
+  void closed(uint64_t conn_id) {
+    presence_.remove(conn_id);
+    engine_.closed(conn_id);
+    membership_++;
+  }
+  // Subscriptions opened or closed so far: presence rows must be rewritten.
+  uint64_t membership() const { return membership_; }
+  bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
+                   std::optional<std::string> *sub) const {
+    bool wants;
+    return engine_.presence_of(conn_id, streams, sub, &wants);
+  }
+  // Presence events for this worker's ?presence=1 connections, when any
+  // worker's connections changed (presence_gen) or snapshots are owed.
+  void presence_round();
   bool continue_replays() { return engine_.continue_paging(); }
   bool replays_pending() const { return engine_.paging_pending(); }
   void track_written() { engine_.track_written(); }
@@ -108,6 +123,12 @@ private:
   std::vector<shmem::StreamEntry *> entries_; // for the round's streams, in order
   engine::HorizonBounds bounds_;
   std::vector<ring::Event> events_;
+  engine::PresenceFeed presence_;
+  uint64_t membership_ = 0;
+  uint64_t presence_seen_ = 0;
+  bool presence_bit_ = false; // this worker's bit in shmem presence_workers
+  std::map<int64_t, engine::PresenceCounts> presence_counts_;
+  std::vector<PresenceRow> presence_scratch_;
 };
 
 } // namespace pgbs::worker

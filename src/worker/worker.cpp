@@ -64,6 +64,9 @@ void detach_latch(int, Datum) {
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
   wc->count = 0;
   LWLockRelease(wc->lock);
+  // Its connections are gone: the other workers' presence watchers see them leave.
+  pg_atomic_fetch_and_u32(&s->presence_workers, ~(1u << worker_index));
+  shmem::presence_changed(worker_index);
 }
 
 // Open files: the soft limit is raised to the hard one (a service started by
@@ -225,6 +228,8 @@ void publish_connections(const Hub &hub, const http::Server &server) {
   std::vector<shmem::ConnSnapshot> rows;
   rows.reserve(infos.size());
   std::string streams, cursor, subscriber, state;
+  std::vector<std::pair<int64_t, std::string>> ids;
+  std::optional<std::string> sub;
   for (const http::ConnectionInfo &ci : infos) {
     if ((int)rows.size() >= wc->capacity)
       break;
@@ -243,6 +248,14 @@ void publish_connections(const Hub &hub, const http::Server &server) {
     copy_text(r.cursor, sizeof(r.cursor), cursor);
     copy_text(r.subscriber, sizeof(r.subscriber), subscriber);
     copy_text(r.state, sizeof(r.state), state);
+    if (hub.presence_of(ci.conn_id, &ids, &sub)) {
+      for (const auto &[id, name] : ids)
+        if (r.nstreams < shmem::kConnStreams)
+          r.stream_ids[r.nstreams++] = id;
+      r.has_identity = sub.has_value();
+      if (sub)
+        copy_text(r.identity, sizeof(r.identity), *sub);
+    }
     rows.push_back(r);
   }
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
@@ -355,6 +368,7 @@ int run() {
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
   size_t last_snapshot_count = 0;
+  uint64_t last_membership = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
   // First probe after one interval: at startup the extension may still be on its way.
@@ -477,12 +491,19 @@ int run() {
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      // Within 500 ms of reality, and at once when the set of connections changed.
-      if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count) {
+      // Within 500 ms of reality, and at once when the set of connections
+      // changed (then presence watchers on every worker are told).
+      const bool joined_or_left = hub.membership() != last_membership;
+      if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count ||
+          joined_or_left) {
         publish_connections(hub, server);
         last_snapshot_ms = now_ms;
         last_snapshot_count = server.connection_count();
+        last_membership = hub.membership();
+        if (joined_or_left)
+          shmem::presence_changed(worker_index);
       }
+      hub.presence_round();
       const size_t nconns = server.connection_count();
       peak_conns = std::max(peak_conns, nconns);
       trim_pending = peak_conns > 0 && (nconns == 0 || nconns < peak_conns - peak_conns / 10);
