@@ -78,9 +78,12 @@ public:
   void cycle(bool full = false);
   void subscribe(const http::Request &req);
   void closed(uint64_t conn_id) {
+    std::vector<std::pair<int64_t, std::string>> streams;
+    std::optional<std::string> sub;
+    if (presence_of(conn_id, &streams, &sub))
+      membership_++; // a subscription, not a refused request
     presence_.remove(conn_id);
     engine_.closed(conn_id);
-    membership_++;
   }
   // Subscriptions opened or closed so far: presence rows must be rewritten.
   uint64_t membership() const { return membership_; }
