@@ -1,4 +1,4 @@
-# 065_presence: who is connected to a stream, over two workers.
+# 066_presence: who is connected to a stream, over two workers.
 # presence(stream) counts the live connections of every worker by identity
 # (the JWT's sub; anonymous ones in one NULL row); a ?presence=1 connection
 # gets one snapshot frame, then pgbus:presence join/leave frames (no id:
