@@ -21,6 +21,7 @@
 
 extern "C" {
 #include "postgres.h"
+#include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -221,8 +222,11 @@ void copy_text(char *dst, size_t cap, const std::string &src) {
   dst[n] = '\0';
 }
 
-// Rewrites this worker's rows of connections() (called about twice a second).
-void publish_connections(const Hub &hub, const http::Server &server) {
+// Rewrites this worker's rows of connections() (called about twice a
+// second). Returns a digest of what presence reads in them (connections,
+// their streams and identities), so that a change the worker did not see
+// happen (a waiting subscription whose stream appeared) is announced too.
+uint64 publish_connections(const Hub &hub, const http::Server &server) {
   shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_index];
   std::vector<http::ConnectionInfo> infos = server.connections();
   std::vector<shmem::ConnSnapshot> rows;
@@ -230,6 +234,7 @@ void publish_connections(const Hub &hub, const http::Server &server) {
   std::string streams, cursor, subscriber, state;
   std::vector<std::pair<int64_t, std::string>> ids;
   std::optional<std::string> sub;
+  uint64 digest = 0;
   for (const http::ConnectionInfo &ci : infos) {
     if ((int)rows.size() >= wc->capacity)
       break;
@@ -256,6 +261,10 @@ void publish_connections(const Hub &hub, const http::Server &server) {
       if (sub)
         copy_text(r.identity, sizeof(r.identity), *sub);
     }
+    // Order-independent: a sum of per-row hashes.
+    digest +=
+        hash_bytes_extended((const unsigned char *)&r.nstreams,
+                            (int)(sizeof(r) - offsetof(shmem::ConnSnapshot, nstreams)), r.conn_id);
     rows.push_back(r);
   }
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
@@ -263,6 +272,7 @@ void publish_connections(const Hub &hub, const http::Server &server) {
     memcpy(wc->items, rows.data(), rows.size() * sizeof(shmem::ConnSnapshot));
   wc->count = (int)rows.size();
   LWLockRelease(wc->lock);
+  return digest;
 }
 
 bool database_ok = true; // the last round's reads worked (for /healthz)
@@ -369,6 +379,7 @@ int run() {
   int64 last_snapshot_ms = 0;
   size_t last_snapshot_count = 0;
   uint64_t last_membership = 0;
+  uint64 last_presence_digest = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
   // First probe after one interval: at startup the extension may still be on its way.
@@ -491,12 +502,13 @@ int run() {
       const bool joined_or_left = hub.membership() != last_membership;
       if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count ||
           joined_or_left) {
-        publish_connections(hub, server);
+        const uint64 digest = publish_connections(hub, server);
         last_snapshot_ms = now_ms;
         last_snapshot_count = server.connection_count();
         last_membership = hub.membership();
-        if (joined_or_left)
+        if (joined_or_left || digest != last_presence_digest)
           shmem::presence_changed(worker_index);
+        last_presence_digest = digest;
       }
       hub.presence_round();
       const size_t nconns = server.connection_count();
