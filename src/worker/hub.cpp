@@ -161,7 +161,8 @@ void Hub::reload_catalog() {
 void Hub::cycle(bool full) {
   if (!catalog_loaded_ || reader_.catalog_version() != catalog_version_)
     reload_catalog();
-  engine_.set_now((int64_t)GetCurrentTimestamp());
+  const int64_t now_us = (int64_t)GetCurrentTimestamp();
+  engine_.set_now(now_us);
   const std::vector<int64_t> &ids = engine_.round_streams(full);
   entries_.clear();
   for (void *h : engine_.round_handles())
@@ -176,6 +177,7 @@ void Hub::cycle(bool full) {
   events_.clear();
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  ring_poll_ms_ = reader_.after_drain(worker_index_, events_.size(), now_us);
   engine_.round(events_, complete, bounds_);
 }
 

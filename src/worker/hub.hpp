@@ -79,6 +79,8 @@ public:
   void closed(uint64_t conn_id) { engine_.closed(conn_id); }
   bool continue_replays() { return engine_.continue_paging(); }
   bool replays_pending() const { return engine_.paging_pending(); }
+  // Longest wait before the next cycle (-1: until woken; RingReader::after_drain).
+  long ring_poll_ms() const { return ring_poll_ms_; }
   void track_written() { engine_.track_written(); }
   void flush_cursors() { engine_.flush_cursors(); }
   void apply_retention() { engine_.apply_retention(); }
@@ -103,6 +105,7 @@ private:
   SqlRowSource rows_;
   engine::Engine engine_;
   RingReader reader_;
+  long ring_poll_ms_ = -1;
   uint64_t catalog_version_ = 0;
   bool catalog_loaded_ = false;
   std::vector<shmem::StreamEntry *> entries_; // for the round's streams, in order
