@@ -185,7 +185,8 @@ void Hub::publish_lookup_figures() {
 void Hub::cycle(bool full) {
   if (!catalog_loaded_ || reader_.catalog_version() != catalog_version_)
     reload_catalog();
-  engine_.set_now((int64_t)GetCurrentTimestamp());
+  const int64_t now_us = (int64_t)GetCurrentTimestamp();
+  engine_.set_now(now_us);
   catalog_state();
   if (engine_.pending_lookup_due())
     engine_.load_pending();
@@ -203,6 +204,7 @@ void Hub::cycle(bool full) {
   events_.clear();
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  ring_poll_ms_ = reader_.after_drain(worker_index_, events_.size(), now_us);
   engine_.round(events_, complete, bounds_);
   if (engine_.pending_count() > 0) {
     const size_t waiting = engine_.pending_count();

@@ -101,6 +101,8 @@ public:
   void presence_round();
   bool continue_replays() { return engine_.continue_paging(); }
   bool replays_pending() const { return engine_.paging_pending(); }
+  // Longest wait before the next cycle (-1: until woken; RingReader::after_drain).
+  long ring_poll_ms() const { return ring_poll_ms_; }
   void track_written() { engine_.track_written(); }
   void flush_cursors() { engine_.flush_cursors(); }
   void apply_retention() { engine_.apply_retention(); }
@@ -125,6 +127,7 @@ private:
   SqlRowSource rows_;
   engine::Engine engine_;
   RingReader reader_;
+  long ring_poll_ms_ = -1;
   uint64_t catalog_version_ = 0;
   bool catalog_loaded_ = false;
   bool batch_bounded_ = false;

@@ -406,6 +406,8 @@ int run() {
                           // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
+    if (const long poll = hub.ring_poll_ms(); poll >= 0 && (timeout < 0 || timeout > poll))
+      timeout = poll; // commits come too fast to be woken for each: read on a timer
     WaitEvent events[3];
     pg::call([&] {
       (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
