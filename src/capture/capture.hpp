@@ -20,4 +20,9 @@ void check_stream_table(int64_t stream_id, unsigned int relid, unsigned int fn);
 // already committed cannot reach subscribers any more: it is reported with a
 // WARNING, never refused (refusing would stop the subscription).
 void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message);
+// Finds a stream in the catalog of schema nsp by its name or by the pgbus
+// gem's logical name, whatever the caller may read: its id, queue table and
+// (if is_public is given) whether it is public. False when there is none.
+bool find_stream(unsigned int nsp, const char *name, int64_t *id, char **schema, char **table,
+                 bool *is_public);
 } // namespace pgbs::capture
