@@ -126,8 +126,7 @@ for my $round (1 .. 3)
 	my $gone = 0;
 	for my $c (@{ $on{$victim} })
 	{
-		$c->wait_closed(15);
-		$gone++ if $c->closed;
+		$gone++ if $c->wait_closed(15); # its stream ended (final chunk or EOF)
 	}
 	is($gone, scalar @{ $on{$victim} }, "B: the stopped worker's connections closed");
 	my @now = $pg->wait_workers(2, exclude => [$pid]);
