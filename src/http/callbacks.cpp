@@ -126,10 +126,20 @@ void Server::Impl::connection_cb(void *cls, MHD_Connection *mc, void **socket_cl
   }
 }
 
+MHD_Result Server::Impl::accept_cb(void *cls, const sockaddr *, socklen_t) {
+  const Impl *m = static_cast<const Impl *>(cls);
+  return m->mhd_sockets + m->owned_count < m->socket_limit ? MHD_YES : MHD_NO;
+}
+
 void Server::Impl::log_cb(void *cls, const char *fmt, va_list ap) {
   try {
     char line[512];
     vsnprintf(line, sizeof(line), fmt, ap);
+    Impl *m = static_cast<Impl *>(cls);
+    if (m->detach_logs > 0 && strstr(line, "application error") != nullptr) {
+      --m->detach_logs; // an adoption's hand-over, not an error (direct.cpp)
+      return;
+    }
     std::string s(line);
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r'))
       s.pop_back();
@@ -377,10 +387,12 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
 }
 
 // Copies as many queued frames as fit into MHD's buffer: one socket write per
-// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct writes"). An empty
-// queue suspends the connection (push() resumes it); returning 0 without
+// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct
+// writes"). An empty queue suspends the connection (push() resumes it); returning 0 without
 // suspending would make MHD poll the reader in a busy loop.
 ssize_t Server::Impl::on_read(Conn *c, char *buf, size_t max) {
+  if (c->owned) // taken over (direct.cpp): MHD only has to let go of its side
+    return MHD_CONTENT_READER_END_WITH_ERROR;
   c->delivered = c->copied; // MHD asks for more only once the last chunk went out
   if (c->kill)
     return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -425,6 +437,13 @@ void Server::Impl::on_completed(MHD_Connection *, void **cls, MHD_RequestTermina
 // Forgets a request; an SSE connection's end is reported once, with the reason
 // set when the server ended it or the one derived from MHD's code.
 void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
+  if (c->owned) { // the server ends it (direct.cpp); MHD is done with it
+    c->mhd_attached = false;
+    c->mhd = nullptr;
+    if (c->finished && !c->held)
+      delete c;
+    return;
+  }
   const bool stream_done = c->registered && c->phase == Phase::Open;
   if (c->sock) {
     c->sock->current = nullptr;
@@ -463,6 +482,7 @@ void Server::Impl::on_connection(MHD_Connection *mc, void **socket_cls,
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD))
       s->fd = ci->connect_fd;
     *socket_cls = s;
+    ++mhd_sockets;
     wait_for_request(s, mono_ms());
     return;
   }
@@ -470,6 +490,7 @@ void Server::Impl::on_connection(MHD_Connection *mc, void **socket_cls,
   *socket_cls = nullptr;
   if (!s)
     return;
+  --mhd_sockets;
   if (s->current) // not reported as completed: never leak it
     finish(s->current, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
   request_arrived(s);

@@ -30,9 +30,10 @@
 namespace pgbs::http {
 namespace {
 
-constexpr uint64_t kConnTag = 1ull << 63;  // outer epoll data: SSE socket vs daemon index
 constexpr int64_t kGracefulCloseMs = 5000; // a stream being ended gets this long to flush
 constexpr size_t kMaxLogLines = 100;
+
+} // namespace
 
 // Ends a TCP connection now, whatever MHD is doing with it: the fd stays
 // valid (MHD still owns and closes it) but every further read sees EOF and
@@ -45,8 +46,6 @@ void kill_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
   ::shutdown(fd, SHUT_RDWR);
 }
-
-} // namespace
 
 int64_t mono_ms() {
   timespec ts;
@@ -97,7 +96,7 @@ bool Server::Impl::start(const Config &c, std::string *err) {
         std::max(1u, static_cast<unsigned>(cfg.max_sockets) / static_cast<unsigned>(fds.size()));
   for (size_t i = 0; i < fds.size(); ++i) {
     MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, &accept_cb, this,
         &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this, MHD_OPTION_LISTEN_SOCKET,
         fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         cfg.connection_memory_limit, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -121,6 +120,9 @@ bool Server::Impl::start(const Config &c, std::string *err) {
     }
     daemons.push_back(d);
   }
+  // Owned streams' sockets no longer count in MHD's limit; accept_cb keeps
+  // the total within it.
+  socket_limit = static_cast<size_t>(mhd_limit) * daemons.size();
   running = true;
   const int64_t now = mono_ms();
   next_heartbeat_ms = now + cfg.heartbeat_interval_s * int64_t{1000};
@@ -182,6 +184,7 @@ void Server::Impl::shutdown(int drain_ms) {
   // connection, so everything is resumed (and killed) and MHD runs once more.
   for (auto &[id, c] : conns)
     abort_conn(c, "shutdown");
+  reap_all();
   mhd_run_all();
   stop_daemons();
 }
@@ -192,16 +195,19 @@ void Server::Impl::run() {
   if (!running)
     return;
   need_run = false;
+  reap_all();
   drain_epoll();
   flush_dirty();
   mhd_run_all();
+  adopt_all(); // streams MHD has just handed to direct writes
   clock_ms = mono_ms();
   timers(clock_ms);
   flush_dirty();  // heartbeats, gap notices
-  if (need_run) { // resumed by a timer, or by open()/push() since the last run
+  if (need_run) { // resumed by a timer, by an adoption, or by open()/push() since the last run
     need_run = false;
     mhd_run_all();
   }
+  reap_all();
 }
 
 // Runs every daemon; again (a couple of times at most, so the caller's latch
@@ -224,7 +230,7 @@ void Server::Impl::mhd_run_all() {
 long Server::Impl::timeout_ms() const {
   if (!running)
     return -1;
-  if (need_run || !dirty.empty())
+  if (need_run || !dirty.empty() || !adopt.empty() || !reap.empty())
     return 0;
   const int64_t now = mono_ms();
   int64_t best = INT64_MAX;
@@ -390,113 +396,6 @@ void Server::Impl::notify(Conn *c) {
   }
 }
 
-// Called from the content reader with MHD's buffer for this socket empty (it
-// asks for more only once the last chunk is out) and the connection suspended.
-void Server::Impl::enter_direct(Conn *c) {
-  if (c->direct || !c->watched || c->fd < 0)
-    return; // not in the outer epoll set: MHD keeps writing it
-  int one = 1, zero = 0;
-  (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); // each write leaves at once
-  (void)setsockopt(c->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
-  c->direct = true;
-}
-
-void Server::Impl::leave_direct(Conn *c) {
-  if (!c->direct)
-    return;
-  set_out(c, false);
-  c->direct = false;
-  c->unsent.clear();
-}
-
-void Server::Impl::set_out(Conn *c, bool on) {
-  if (c->want_out == on || !c->watched)
-    return;
-  epoll_event ev{};
-  ev.events = EPOLLRDHUP | (on ? EPOLLOUT : 0u);
-  ev.data.u64 = c->id | kConnTag;
-  if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
-    c->want_out = on;
-}
-
-// Writes a direct stream's queue as HTTP/1.1 chunks (HTTP/1.0: raw bytes), one
-// send per chunk of up to the scratch size; what the socket does not take
-// waits in c->unsent with EPOLLOUT armed. A stream that is ending and fully
-// written goes back to MHD, which sends the last chunk and closes.
-void Server::Impl::flush(Conn *c) {
-  if (!c->direct || c->kill)
-    return;
-  auto send_some = [&](const char *p, size_t len) -> bool { // false: stop here
-    const ssize_t w = ::send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      abort_conn(c, "client");
-      return false;
-    }
-    const size_t done = w > 0 ? static_cast<size_t>(w) : 0;
-    if (done < len) {
-      c->unsent.assign(p + done, len - done);
-      set_out(c, true);
-      return false;
-    }
-    return true;
-  };
-  if (!c->unsent.empty()) {
-    std::string rest;
-    rest.swap(c->unsent);
-    if (!send_some(rest.data(), rest.size()))
-      return;
-  }
-  c->delivered = c->copied;
-  if (scratch.empty())
-    scratch.resize(64 * 1024);
-  constexpr size_t kHead = 8; // "ffffff\r\n" at most, written right before the data
-  for (int round = 0; round < 4; ++round) {
-    const size_t n = fill(c, scratch.data() + kHead, scratch.size() - kHead - 2);
-    if (n == 0)
-      break;
-    char *start = scratch.data() + kHead;
-    size_t len = n;
-    if (!c->http10) {
-      char digits[16]; // the chunk size in hex, lowest digit first
-      size_t nd = 0;
-      for (size_t v = n; v > 0 || nd == 0; v >>= 4)
-        digits[nd++] = "0123456789abcdef"[v & 15];
-      start -= nd + 2; // "<size>\r\n" right before the data (kHead has room)
-      for (size_t k = 0; k < nd; ++k)
-        start[k] = digits[nd - 1 - k];
-      start[nd] = '\r';
-      start[nd + 1] = '\n';
-      memcpy(scratch.data() + kHead + n, "\r\n", 2);
-      len += nd + 2 + 2;
-    }
-    if (!send_some(start, len))
-      return;
-    c->delivered = c->copied;
-  }
-  set_out(c, false);
-  if (!c->queue.empty()) {
-    notify(c); // more than four chunks: the rest in the next round
-  } else if (c->ending) {
-    leave_direct(c);
-    wake(c); // MHD calls the reader: END_OF_STREAM
-  }
-}
-
-void Server::Impl::flush_dirty() {
-  if (dirty.empty())
-    return;
-  std::vector<uint64_t> list;
-  list.swap(dirty);
-  for (uint64_t id : list) {
-    auto it = conns.find(id);
-    if (it == conns.end())
-      continue;
-    it->second->dirty = false;
-    if (it->second->direct && it->second->unsent.empty())
-      flush(it->second); // one blocked on its socket waits for EPOLLOUT
-  }
-}
-
 void Server::Impl::watch(Conn *c) {
   if (c->watched || c->fd < 0)
     return;
@@ -534,6 +433,10 @@ void Server::Impl::abort_conn(Conn *c, const std::string &reason) {
     kill_socket(c->fd);
   }
   leave_direct(c);
+  if (c->owned) {
+    reap.push_back(c->id); // closed by reap_all(), outside any walk of conns
+    return;
+  }
   wake(c);
 }
 
@@ -770,12 +673,9 @@ void Server::close(Conn *c, const std::string &reason) {
 void Server::release(Conn *c) {
   if (c == nullptr)
     return;
-  if (c->finished) {
-    impl_->finished.erase(c);
-    delete c;
-  } else {
-    c->held = false;
-  }
+  c->held = false;
+  if (c->finished)
+    impl_->dispose(c);
 }
 
 void Server::protect(const std::string &path) { impl_->protected_paths.insert(path); }
