@@ -126,11 +126,6 @@ void Server::Impl::connection_cb(void *cls, MHD_Connection *mc, void **socket_cl
   }
 }
 
-MHD_Result Server::Impl::accept_cb(void *cls, const sockaddr *, socklen_t) {
-  const Impl *m = static_cast<const Impl *>(cls);
-  return m->mhd_sockets + m->owned_count < m->socket_limit ? MHD_YES : MHD_NO;
-}
-
 void Server::Impl::log_cb(void *cls, const char *fmt, va_list ap) {
   try {
     char line[512];
@@ -482,7 +477,6 @@ void Server::Impl::on_connection(MHD_Connection *mc, void **socket_cls,
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD))
       s->fd = ci->connect_fd;
     *socket_cls = s;
-    ++mhd_sockets;
     wait_for_request(s, mono_ms());
     return;
   }
@@ -490,7 +484,6 @@ void Server::Impl::on_connection(MHD_Connection *mc, void **socket_cls,
   *socket_cls = nullptr;
   if (!s)
     return;
-  --mhd_sockets;
   if (s->current) // not reported as completed: never leak it
     finish(s->current, MHD_REQUEST_TERMINATED_CLIENT_ABORT);
   request_arrived(s);

@@ -180,7 +180,6 @@ void Server::Impl::adopt_all() {
     }
     c->fd = mine;
     c->owned = true;
-    ++owned_count;
     if (c->sock) {
       c->sock->current = nullptr;
       c->sock = nullptr;
@@ -219,7 +218,6 @@ void Server::Impl::close_owned(Conn *c) {
     ::close(c->fd);
     c->fd = -1;
   }
-  --owned_count;
   conns.erase(c->id);
   if (c->phase == Phase::Open)
     --open_count;

@@ -96,7 +96,7 @@ bool Server::Impl::start(const Config &c, std::string *err) {
         std::max(1u, static_cast<unsigned>(cfg.max_sockets) / static_cast<unsigned>(fds.size()));
   for (size_t i = 0; i < fds.size(); ++i) {
     MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, &accept_cb, this,
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
         &access_cb, this, MHD_OPTION_EXTERNAL_LOGGER, &log_cb, this, MHD_OPTION_LISTEN_SOCKET,
         fds[i], MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         cfg.connection_memory_limit, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -120,9 +120,6 @@ bool Server::Impl::start(const Config &c, std::string *err) {
     }
     daemons.push_back(d);
   }
-  // Owned streams' sockets no longer count in MHD's limit; accept_cb keeps
-  // the total within it.
-  socket_limit = static_cast<size_t>(mhd_limit) * daemons.size();
   running = true;
   const int64_t now = mono_ms();
   next_heartbeat_ms = now + cfg.heartbeat_interval_s * int64_t{1000};

@@ -147,9 +147,6 @@ struct Server::Impl {
   std::set<Conn *> finished;   // held connections MHD is done with, until release()
   std::vector<uint64_t> adopt; // streams whose sockets are to be taken over
   std::vector<uint64_t> reap;  // owned streams to close (outside any iteration)
-  size_t mhd_sockets = 0;      // sockets MHD holds (Sock objects)
-  size_t owned_count = 0;      // sockets the server holds (owned streams)
-  size_t socket_limit = 0;     // both together, at most (MHD_OPTION_CONNECTION_LIMIT x daemons)
   int detach_logs = 0;         // MHD log lines expected from adoptions, not kept
 
   bool need_run = false; // a resume happened outside MHD_run
@@ -219,7 +216,6 @@ struct Server::Impl {
   static void connection_cb(void *cls, MHD_Connection *mc, void **socket_cls,
                             MHD_ConnectionNotificationCode code);
   static void log_cb(void *cls, const char *fmt, va_list ap);
-  static MHD_Result accept_cb(void *cls, const sockaddr *addr, socklen_t len);
 };
 
 } // namespace pgbs::http
