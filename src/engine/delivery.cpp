@@ -314,7 +314,15 @@ bool Engine::page(Connection &c, size_t k) {
   return true;
 }
 
+bool Engine::paging_pending() const {
+  for (const Connection *c : paging_)
+    if (room(*c, 0))
+      return true;
+  return false;
+}
+
 bool Engine::continue_paging() {
+  bool movable = false;
   std::vector<Connection *> still;
   for (Connection *c : paging_) {
     bool pending = false;
@@ -341,11 +349,13 @@ bool Engine::continue_paging() {
       pending |= sub.paging;
     }
     c->paging_listed = pending;
-    if (pending)
+    if (pending) {
       still.push_back(c);
+      movable = movable || room(*c, 0);
+    }
   }
   paging_.swap(still);
-  return !paging_.empty();
+  return movable;
 }
 
 } // namespace pgbs::engine
