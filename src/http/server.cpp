@@ -191,11 +191,13 @@ void Server::Impl::shutdown(int drain_ms) {
 void Server::Impl::run() {
   if (!running)
     return;
+  const bool resumed = need_run; // by open()/reject()/push() since the last run
   need_run = false;
   reap_all();
   drain_epoll();
   flush_dirty();
-  mhd_run_all();
+  if (resumed || need_run || daemon_ready || mhd_due()) // else MHD_run would find nothing
+    mhd_run_all();
   adopt_all(); // streams MHD has just handed to direct writes
   clock_ms = mono_ms();
   timers(clock_ms);
@@ -212,6 +214,7 @@ void Server::Impl::run() {
 // a connection resumed in this pass whose headers went out and whose first
 // body chunk is ready: it is written now, not at the next wake-up.
 void Server::Impl::mhd_run_all() {
+  daemon_ready = false;
   for (int pass = 0; pass < 3; ++pass) {
     bool again = false;
     for (MHD_Daemon *d : daemons) {
@@ -222,6 +225,17 @@ void Server::Impl::mhd_run_all() {
     if (!again)
       break;
   }
+}
+
+// MHD has work without a new event on its epoll set: a timeout that is due,
+// or connections it knows to be ready (its timeout is then 0).
+bool Server::Impl::mhd_due() const {
+  for (MHD_Daemon *d : daemons) {
+    MHD_UNSIGNED_LONG_LONG t = 1;
+    if (MHD_get_timeout(d, &t) == MHD_YES && t == 0)
+      return true;
+  }
+  return false;
 }
 
 long Server::Impl::timeout_ms() const {
@@ -254,14 +268,19 @@ long Server::Impl::timeout_ms() const {
   return best == INT64_MAX ? -1 : static_cast<long>(std::min<int64_t>(best, LONG_MAX));
 }
 
-// Picks up closed SSE sockets (EPOLLRDHUP). Daemon entries need nothing here:
-// MHD_run() reads its own epoll set.
+// Picks up closed SSE sockets (EPOLLRDHUP) and sockets with room again
+// (EPOLLOUT). A daemon entry only notes that MHD_run() has events to read in
+// its own epoll set; a full batch may hide one, so MHD runs then too.
 void Server::Impl::drain_epoll() {
   epoll_event evs[64];
   const int n = epoll_wait(epfd, evs, 64, 0);
+  if (n == 64)
+    daemon_ready = true;
   for (int i = 0; i < n; ++i) {
-    if (!(evs[i].data.u64 & kConnTag))
+    if (!(evs[i].data.u64 & kConnTag)) {
+      daemon_ready = true;
       continue;
+    }
     auto it = conns.find(evs[i].data.u64 & ~kConnTag);
     if (it == conns.end())
       continue;

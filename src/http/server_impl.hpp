@@ -149,7 +149,8 @@ struct Server::Impl {
   std::vector<uint64_t> reap;  // owned streams to close (outside any iteration)
   int detach_logs = 0;         // MHD log lines expected from adoptions, not kept
 
-  bool need_run = false; // a resume happened outside MHD_run
+  bool need_run = false;    // a resume happened outside MHD_run
+  bool daemon_ready = true; // an MHD epoll set reported events since the last MHD_run
   int64_t next_heartbeat_ms = 0;
   int64_t clock_ms = 0;               // see Server::tick()
   int64_t next_expiry_ms = INT64_MAX; // next idle_timeout / max_lifetime check
@@ -164,6 +165,7 @@ struct Server::Impl {
   void heartbeats(int64_t now);
   void drain_epoll();
   void mhd_run_all();
+  bool mhd_due() const;
   void shutdown(int drain_ms);
   void stop_daemons();
   void wake(Conn *c);
