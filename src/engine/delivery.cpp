@@ -50,7 +50,8 @@ bool Engine::room(const Connection &c, size_t bytes) const {
   if (ev == 0)
     return true;
   const size_t by = sink_.queued_bytes(c.ref);
-  return ev < cfg_.queue_max_events && by + bytes <= cfg_.queue_max_bytes;
+  return ev < cfg_.queue_max_events && by + bytes <= cfg_.queue_max_bytes &&
+         !sink_.backed_up(c.ref);
 }
 
 std::string Engine::conn_token(const Connection &c) const {

@@ -406,7 +406,7 @@ void Server::Impl::notify(Conn *c) {
     wake(c);
     return;
   }
-  if (!c->dirty) {
+  if (!c->dirty && !c->want_out) { // a socket that refused a write is flushed on EPOLLOUT
     c->dirty = true;
     dirty.push_back(c->id);
   }
@@ -680,6 +680,12 @@ Conn *Server::open(uint64_t conn_id, std::string preamble, const std::string &st
 size_t Server::queued_events(const Conn *c) const { return c->finished ? 0 : c->queue.events(); }
 size_t Server::queued_bytes(const Conn *c) const { return c->finished ? 0 : c->queue.bytes(); }
 uint64_t Server::written(const Conn *c) const { return c->delivered; }
+bool Server::backed_up(const Conn *c) const {
+  const size_t refill = impl_->cfg.socket_send_buffer > 0
+                            ? static_cast<size_t>(impl_->cfg.socket_send_buffer)
+                            : size_t{64 * 1024};
+  return c->want_out && !c->finished && c->queue.bytes() >= refill;
+}
 
 void Server::close(Conn *c, const std::string &reason) {
   if (!c->finished)

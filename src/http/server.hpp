@@ -146,6 +146,9 @@ public:
   OutQueue::PushResult push(Conn *c, OutFrame frame);
   size_t queued_events(const Conn *c) const;
   size_t queued_bytes(const Conn *c) const;
+  // Its socket refused part of a write and at least a send buffer's worth
+  // (socket_send_buffer, else 64 kB) waits behind it.
+  bool backed_up(const Conn *c) const;
   uint64_t written(const Conn *c) const; // data frames written to the socket
   void close(Conn *c, const std::string &reason);
   void release(Conn *c);
