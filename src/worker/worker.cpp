@@ -380,8 +380,7 @@ int run() {
       timeout = defer_ms; // paced: frames queued meanwhile wait for the next round
                           // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
-      timeout = 5; // a paging connection with room in its queue (a full one
-                   // waits for its socket: EPOLLOUT wakes this loop)
+      timeout = 5; // paged replays wait for their connection's queue to drain
     WaitEvent events[3];
     pg::call([&] {
       (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
