@@ -61,7 +61,8 @@ void Server::Impl::set_out(Conn *c, bool on) {
 // Writes a direct stream's queue as HTTP/1.1 chunks (HTTP/1.0: raw bytes), one
 // send per chunk of up to the scratch size; what the socket does not take
 // waits in c->unsent with EPOLLOUT armed. A stream that is ending and fully
-// written goes back to MHD, which sends the last chunk and closes.
+// written gets its last chunk and is closed here if its socket is owned, and
+// goes back to MHD (which does the same) otherwise.
 void Server::Impl::flush(Conn *c) {
   if (!c->direct || c->kill)
     return;
