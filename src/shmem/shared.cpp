@@ -106,6 +106,7 @@ void shmem_startup() {
     for (int i = 0; i < kMaxWorkers; i++) {
       pg_atomic_init_u32(&s->worker_pid[i], 0);
       pg_atomic_init_u64(&s->worker_ring_pos[i], 0);
+      pg_atomic_init_u32(&s->worker_polling[i], 0);
       WorkerStats *ws = &s->worker_stats[i];
       pg_atomic_init_u64(&ws->connections, 0);
       pg_atomic_init_u64(&ws->delivered, 0);
@@ -283,6 +284,7 @@ void forget_stream(Oid dboid, int64 stream_id) {
 
 void clear_subscriber_bits(int w) {
   Shared *s = g_shared;
+  pg_atomic_write_u32(&s->worker_polling[w], 0); // a previous process may have left it set
   for (int i = 0; i < s->max_streams; i++) {
     pg_atomic_fetch_and_u32(&s->streams[i].subscriber_workers, ~(1u << w));
     pg_atomic_fetch_and_u32(&s->streams[i].worker_holds, ~(1u << w));

@@ -145,6 +145,10 @@ struct Shared {
   int nslots;
   Latch *worker_latch[kMaxWorkers];
   pg_atomic_uint64 worker_ring_pos[kMaxWorkers]; // how far each worker has read the ring
+  // Set while worker w reads the ring on a 1 ms timer (commits arrive faster
+  // than it could be woken for each): committing producers leave its latch
+  // alone then, unless it falls a quarter of the ring behind.
+  pg_atomic_uint32 worker_polling[kMaxWorkers];
   pg_atomic_uint32 worker_pid[kMaxWorkers];
   WorkerStats worker_stats[kMaxWorkers];
   WorkerConns worker_conns[kMaxWorkers];
@@ -180,8 +184,8 @@ void raise_max_committed(Oid dboid, int64 stream_id, int64 id);
 // A stream id that is new in the catalog starts from nothing, whatever an
 // older incarnation of the extension left in shared memory under that id.
 void forget_stream(Oid dboid, int64 stream_id);
-// Worker start: drops worker w's holds and subscriber bits left by a
-// previous process in its slot.
+// Worker start: drops worker w's holds, subscriber bits and polling flag
+// left by a previous process in its slot.
 void clear_subscriber_bits(int w);
 
 // Raises entry->max_committed to at least id.
