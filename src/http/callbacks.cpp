@@ -435,6 +435,15 @@ void Server::Impl::on_completed(MHD_Connection *, void **cls, MHD_RequestTermina
     finish(c, toe);
 }
 
+// Gives back the connection's place of the node's limit (Config::take_place),
+// once, wherever it leaves conns.
+void Server::Impl::give_place(Conn *c) {
+  if (c->placed && cfg.give_place) {
+    c->placed = false;
+    cfg.give_place();
+  }
+}
+
 // Forgets a request; an SSE connection's end is reported once, with the reason
 // set when the server ended it or the one derived from MHD's code.
 void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
@@ -451,10 +460,7 @@ void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && !stream_done)
       wait_for_request(c->sock, mono_ms()); // keep-alive: the next request is due
   }
-  if (c->placed && cfg.give_place) {
-    c->placed = false;
-    cfg.give_place();
-  }
+  give_place(c);
   if (c->registered) {
     unwatch(c);
     conns.erase(c->id);

@@ -220,6 +220,7 @@ void Server::Impl::close_owned(Conn *c) {
     c->fd = -1;
   }
   conns.erase(c->id);
+  give_place(c);
   if (c->phase == Phase::Open)
     --open_count;
   if (c->handed_out)

@@ -207,6 +207,7 @@ struct Server::Impl {
   void on_completed(MHD_Connection *mc, void **cls, MHD_RequestTerminationCode toe);
   void on_connection(MHD_Connection *mc, void **socket_cls, MHD_ConnectionNotificationCode code);
   void finish(Conn *c, MHD_RequestTerminationCode toe);
+  void give_place(Conn *c);
 
   // Trampolines handed to libmicrohttpd; each catches every exception.
   static void *uri_cb(void *cls, const char *uri, MHD_Connection *mc);
