@@ -3,7 +3,9 @@
 #include "pgbus_stream.hpp"
 #include "core/names.hpp" // before postgres.h (core/ refuses to compile after it)
 #include "capture/capture.hpp"
+#include "capture/wal.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -64,12 +66,14 @@ static void request_shmem() {
   if (prev_shmem_request_hook)
     prev_shmem_request_hook();
   pgbs::shmem::shmem_request();
+  pgbs::shmem::standby_request();
 }
 
 static void startup_shmem() {
   if (prev_shmem_startup_hook)
     prev_shmem_startup_hook();
   pgbs::shmem::shmem_startup();
+  pgbs::shmem::standby_startup();
 }
 
 // An event name the SSE framing can carry: printable ASCII, no spaces (or empty).
@@ -281,7 +285,8 @@ static void register_workers() {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof(worker));
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    // On a hot standby, as soon as it accepts read-only connections.
+    worker.bgw_start_time = BgWorkerStart_ConsistentState;
     worker.bgw_restart_time = 1;
     strlcpy(worker.bgw_library_name, "pgbus_stream", BGW_MAXLEN);
     strlcpy(worker.bgw_function_name, "pgbus_stream_worker_main", BGW_MAXLEN);
@@ -305,5 +310,6 @@ void _PG_init(void) {
   prev_shmem_startup_hook = shmem_startup_hook;
   shmem_startup_hook = startup_shmem;
   pgbs::capture::install_callbacks();
+  pgbs::wal::register_rmgr();
   register_workers();
 }
