@@ -2,7 +2,8 @@
 # commits, with the primary's guarantees and the same cursors.
 #
 # A. Subscribers on the primary and on the standby get every broadcast
-#    exactly once, in order; the standby's cursors carry the primary's epoch.
+#    (durable and ephemeral) exactly once, in order; the standby's cursors
+#    carry the primary's epoch.
 # B. Out-of-order commits: A draws an id, B a later one and commits first.
 #    The standby delivers both once, in the primary's commit order, and its
 #    horizon stays below A's id while A is open. A rolled-back insert's
@@ -62,9 +63,12 @@ my $cs = $s->open_stream('chat');
 is($cp->status, 200, 'A: subscriber on the primary');
 is($cs->status, 200, 'A: subscriber on the standby');
 my @sent;
-push @sent, [ $p->broadcast('chat', "m$_"), "m$_" ] for 1 .. 20;
+push @sent, [ $p->broadcast('chat', "m$_"), "m$_" ] for 1 .. 19;
+# An ephemeral broadcast has no row: it reaches the standby through WAL only.
+push @sent,
+  [ $p->safe_psql('postgres', q{SELECT pgbus_stream.broadcast('chat', 'm20', durable => false)}), 'm20' ];
 ok($cp->wait_for_data_events(20, 20), 'A: the primary subscriber got 20');
-ok($cs->wait_for_data_events(20, 20), 'A: the standby subscriber got 20');
+ok($cs->wait_for_data_events(20, 20), 'A: the standby subscriber got 20 (the last one ephemeral)');
 frames_ok([ $cp->data_events ], \@sent, undef, 'A primary');
 frames_ok([ $cs->data_events ], \@sent, undef, 'A standby');
 is(parse_token(($cs->data_events)[-1]{id})->{epoch}, $epoch,
