@@ -9,8 +9,10 @@
 # off, fsync off: the figures are CPU and WAL volume, not flushes), creates a
 # stream and runs pgbench with one INSERT into its queue table per
 # transaction, C clients, alternating the installed build and OTHER.so round
-# by round (a restart in between). Prints each run's tps and WAL bytes per
-# transaction and the medians. The installed pgbus_stream.so is put back on
+# by round (a restart in between). Prints each run's tps, the server's CPU
+# time per transaction (the postmaster's own and its reaped children's, from
+# /proc: steadier than tps on a shared machine) and WAL bytes per
+# transaction, and the medians. The installed pgbus_stream.so is put back on
 # exit.
 set -euo pipefail
 ROUNDS=3 SECS=10 CLIENTS=8 BASELINE=''
@@ -60,22 +62,38 @@ table=$(as_pg "${PSQL[@]}" -c "SELECT format('%I.%I', queue_schema, queue_table)
 echo "INSERT INTO $table (message) VALUES ('{\"html\": \"x\"}');" >"$TMP/insert.sql"
 chmod a+r "$TMP/insert.sql"
 as_pg "$BIN/pg_ctl" -D "$TMP/data" -w stop >/dev/null
-declare -A TPS WALB
-printf '%-6s %-9s %10s %14s\n' round build tps wal_bytes/tx
+# CPU ticks of the postmaster and every child it has reaped (backends exit
+# when pgbench disconnects).
+server_ticks() {
+  local pid stat
+  pid=$(head -1 "$TMP/data/postmaster.pid")
+  stat=$(sed 's/^.*) //' "/proc/$pid/stat")
+  # shellcheck disable=SC2086
+  set -- $stat
+  echo $((${12} + ${13} + ${14} + ${15}))
+}
+HZ=$(getconf CLK_TCK)
+declare -A TPS WALB CPU
+printf '%-6s %-9s %10s %12s %14s\n' round build tps cpu_us/tx wal_bytes/tx
 for r in $(seq 1 "$ROUNDS"); do
   for v in current baseline; do
     cp "$TMP/$v.so" "$LIB"
     as_pg "$BIN/pg_ctl" -D "$TMP/data" -l "$TMP/log" -w start >/dev/null
     lsn0=$(as_pg "${PSQL[@]}" -c 'SELECT pg_current_wal_insert_lsn()')
+    sleep 0.3
+    t0=$(server_ticks)
     out=$(as_pg "$BIN/pgbench" -h "$TMP" -p "$PGPORT" -n -c "$CLIENTS" -j 2 -T "$SECS" -f "$TMP/insert.sql" postgres 2>&1)
+    sleep 0.5 # the backends are gone and reaped
+    t1=$(server_ticks)
     lsn1=$(as_pg "${PSQL[@]}" -c 'SELECT pg_current_wal_insert_lsn()')
     tx=$(printf '%s\n' "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
     tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
     bytes=$(as_pg "${PSQL[@]}" -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / greatest($tx, 1))")
     as_pg "$BIN/pg_ctl" -D "$TMP/data" -w stop >/dev/null
     [ -n "$tps" ] || { printf '%s\n' "$out" >&2; exit 1; }
-    TPS[$v]+="$tps " WALB[$v]+="$bytes "
-    printf '%-6s %-9s %10s %14s\n' "$r" "$v" "$tps" "$bytes"
+    cpu=$(( (t1 - t0) * 1000000 / HZ / (tx > 0 ? tx : 1) ))
+    TPS[$v]+="$tps " WALB[$v]+="$bytes " CPU[$v]+="$cpu "
+    printf '%-6s %-9s %10.0f %12s %14s\n' "$r" "$v" "$tps" "$cpu" "$bytes"
   done
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -83,6 +101,9 @@ median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1
 c=$(median ${TPS[current]}) b=$(median ${TPS[baseline]})
 # shellcheck disable=SC2086
 cw=$(median ${WALB[current]}) bw=$(median ${WALB[baseline]})
-awk -v c="$c" -v b="$b" -v cw="$cw" -v bw="$bw" 'BEGIN {
-  printf "median tps: with records %.0f, without %.0f (%+.1f %%); WAL bytes/tx %d vs %d (%+d)\n",
-    c, b, 100 * (c - b) / b, cw, bw, cw - bw }'
+# shellcheck disable=SC2086
+cc=$(median ${CPU[current]}) bc=$(median ${CPU[baseline]})
+awk -v c="$c" -v b="$b" -v cw="$cw" -v bw="$bw" -v cc="$cc" -v bc="$bc" 'BEGIN {
+  printf "median tps: with records %.0f, without %.0f (%+.1f %%)\n", c, b, 100 * (c - b) / b
+  printf "median server CPU per transaction: %d us vs %d us (%+.1f %%)\n", cc, bc, 100 * (cc - bc) / bc
+  printf "median WAL bytes per transaction: %d vs %d (%+d)\n", cw, bw, cw - bw }'

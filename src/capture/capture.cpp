@@ -598,8 +598,10 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
 // functions; tells the workers at commit. Shared memory takes an entry for
 // the stream only once it is written or watched.
 extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
-  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
+  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1)) {
     pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
+    pgbs::wal::log_forget(PG_GETARG_INT64(0));
+  }
   note_catalog_change();
   PG_RETURN_VOID();
 }

@@ -24,6 +24,7 @@ namespace {
 
 constexpr uint8 kInfoFloor = 0x10;
 constexpr uint8 kInfoCommit = 0x20;
+constexpr uint8 kInfoForget = 0x30;
 
 // COMMIT flags.
 constexpr uint32 kCatalogChanged = 1;
@@ -38,6 +39,12 @@ struct FloorRec {
   Oid dboid;
   int64 stream_id;
   int64 floor;
+};
+
+struct ForgetRec {
+  Oid dboid;
+  uint32 pad;
+  int64 stream_id;
 };
 
 struct CommitHdr {
@@ -181,12 +188,22 @@ void redo_commit(const char *data, uint32 len) {
     shmem::release_stream(entries[i], shmem::kBackend);
 }
 
+void redo_forget(const char *data, uint32 len) {
+  ForgetRec r;
+  if (len != sizeof(r))
+    elog(PANIC, "pgbus_stream: FORGET record of %u bytes", len);
+  memcpy(&r, data, sizeof(r));
+  shmem::forget_stream(r.dboid, r.stream_id);
+}
+
 void rm_redo(XLogReaderState *record) {
   const uint8 info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
   if (info == kInfoFloor)
     redo_floor(XLogRecGetData(record), XLogRecGetDataLen(record));
   else if (info == kInfoCommit)
     redo_commit(XLogRecGetData(record), XLogRecGetDataLen(record));
+  else if (info == kInfoForget)
+    redo_forget(XLogRecGetData(record), XLogRecGetDataLen(record));
   else
     elog(PANIC, "pgbus_stream: unknown WAL record type %u", info);
 }
@@ -200,6 +217,10 @@ void rm_desc(StringInfo buf, XLogReaderState *record) {
     memcpy(&r, data, sizeof(r));
     appendStringInfo(buf, "xid %u db %u stream " INT64_FORMAT " floor " INT64_FORMAT, r.xid,
                      r.dboid, r.stream_id, r.floor);
+  } else if (info == kInfoForget && len == sizeof(ForgetRec)) {
+    ForgetRec r;
+    memcpy(&r, data, sizeof(r));
+    appendStringInfo(buf, "db %u stream " INT64_FORMAT, r.dboid, r.stream_id);
   } else if (info == kInfoCommit && len >= sizeof(CommitHdr)) {
     CommitHdr h;
     memcpy(&h, data, sizeof(h));
@@ -214,6 +235,8 @@ const char *rm_identify(uint8 info) {
     return "FLOOR";
   case kInfoCommit:
     return "COMMIT";
+  case kInfoForget:
+    return "FORGET";
   default:
     return nullptr;
   }
@@ -245,6 +268,18 @@ void log_floor(int64_t stream_id, int64_t floor) {
   XLogBeginInsert();
   XLogRegisterData((char *)&r, sizeof(r));
   (void)XLogInsert(kRmgrId, kInfoFloor);
+}
+
+void log_forget(int64_t stream_id) {
+  if (!enabled())
+    return;
+  ForgetRec r;
+  memset(&r, 0, sizeof(r));
+  r.dboid = MyDatabaseId;
+  r.stream_id = stream_id;
+  XLogBeginInsert();
+  XLogRegisterData((char *)&r, sizeof(r));
+  (void)XLogInsert(kRmgrId, kInfoForget);
 }
 
 void reserve(int nstreams, size_t ring_bytes) {

@@ -7,6 +7,8 @@
 //   COMMIT  written at XACT_EVENT_COMMIT, after the commit record: the
 //           transaction's ring records and committed maxima. Redo copies
 //           them into the node's own ring, exactly as a local commit would.
+//   FORGET  a stream id new in the catalog: its shared entry starts afresh,
+//           as on the primary (shmem::forget_stream).
 // Written only when wal_level is replica or higher.
 #pragma once
 
@@ -29,6 +31,9 @@ bool enabled();
 // BEFORE trigger: assigns the xid and logs stream_id's floor. May ERROR (an
 // ordinary trigger error).
 void log_floor(int64_t stream_id, int64_t floor);
+
+// A stream id new in the catalog (may ERROR).
+void log_forget(int64_t stream_id);
 
 // XACT_EVENT_PRE_COMMIT (may ERROR): reserves the memory the COMMIT record
 // needs for nstreams streams and ring_bytes of records, so that nothing at

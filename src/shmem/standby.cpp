@@ -45,8 +45,12 @@ void standby_startup() {
 
 StandbyFloors *standby_floors() { return g_floors; }
 
+// Entries in use are items[0, used): a lookup visits only transactions in
+// flight, not the whole table. Under the lock.
+static int nused() { return (int)pg_atomic_read_u32(&g_floors->used); }
+
 static StandbyFloor *find(TransactionId xid) {
-  for (int i = 0; i < g_floors->capacity; i++)
+  for (int i = 0; i < nused(); i++)
     if (g_floors->items[i].xid == xid)
       return &g_floors->items[i];
   return nullptr;
@@ -56,7 +60,8 @@ void standby_add_floor(TransactionId xid, Oid dboid, int64 stream_id, int64 floo
   StandbyFloors *f = g_floors;
   LWLockAcquire(f->lock, LW_EXCLUSIVE);
   StandbyFloor *e = find(xid);
-  if (e == nullptr && (e = find(InvalidTransactionId)) != nullptr) {
+  if (e == nullptr && nused() < f->capacity) {
+    e = &f->items[nused()];
     e->xid = xid;
     e->dboid = dboid;
     e->count = 0;
@@ -78,10 +83,12 @@ void standby_add_floor(TransactionId xid, Oid dboid, int64 stream_id, int64 floo
   LWLockRelease(f->lock);
 }
 
+// Moves the last entry in use into e's place.
 static void drop_locked(StandbyFloor *e) {
-  e->xid = InvalidTransactionId;
-  e->count = 0;
-  e->wildcard = false;
+  StandbyFloor *last = &g_floors->items[nused() - 1];
+  if (e != last)
+    memcpy((void *)e, last, offsetof(StandbyFloor, entries) + last->count * sizeof(SlotEntry));
+  last->xid = InvalidTransactionId;
   pg_atomic_fetch_sub_u32(&g_floors->used, 1);
 }
 
@@ -102,7 +109,7 @@ bool standby_copy_floors(Oid dboid, std::vector<SlotEntry> *out) {
   bool frozen = false;
   LWLockAcquire(f->lock, LW_SHARED);
   frozen = TransactionIdIsValid(f->overflow_xid);
-  for (int i = 0; i < f->capacity; i++) {
+  for (int i = 0; i < nused(); i++) {
     const StandbyFloor &e = f->items[i];
     if (!TransactionIdIsValid(e.xid) || e.dboid != dboid)
       continue;
@@ -119,9 +126,8 @@ void standby_held_xids(std::vector<FloorXid> *out, TransactionId *overflow_xid) 
   out->clear();
   LWLockAcquire(f->lock, LW_SHARED);
   *overflow_xid = f->overflow_xid;
-  for (int i = 0; i < f->capacity; i++)
-    if (TransactionIdIsValid(f->items[i].xid))
-      out->push_back({f->items[i].xid, f->items[i].committed_seen_us});
+  for (int i = 0; i < nused(); i++)
+    out->push_back({f->items[i].xid, f->items[i].committed_seen_us});
   LWLockRelease(f->lock);
 }
 

@@ -33,7 +33,7 @@ struct StandbyFloor {
 struct StandbyFloors {
   LWLock *lock;
   int capacity;
-  pg_atomic_uint32 used;      // entries in use (readers skip the lock at 0)
+  pg_atomic_uint32 used;      // items[0, used) are in use (readers skip the lock at 0)
   TransactionId overflow_xid; // highest xid whose floor did not fit (Invalid: none)
   pg_atomic_uint64 overflows; // floors that did not fit (replication())
   pg_atomic_uint64 swept;     // floors removed by the sweep (replication())
