@@ -15,12 +15,18 @@
 #    the standby within a second or so, a dropped one is no longer served.
 # E. replication() on the standby; the idle standby worker's CPU over 5 s
 #    (a figure, not an assertion).
+# F. Four producers at once, transactions of 1-3 rows, some rolled back:
+#    both nodes deliver every committed row once, each producer's in its
+#    commit order, none rolled back. (Transactions committing at the same
+#    moment may come in another order on the standby: the order of their
+#    WAL records, which is a commit order too.)
 use strict;
 use warnings;
 
 use FindBin;
 use lib "$FindBin::Bin/../lib";
 
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -212,6 +218,72 @@ my $hz = `getconf CLK_TCK` + 0 || 100;
 note(sprintf('E: idle standby worker CPU over %.1f s with one subscriber: %.2f %% of a core',
 		$w5 - $w0, 100 * ($c5 - $c0) / $hz / ($w5 - $w0)));
 $idle->close;
+
+# ---------------------------------------------------------------- F
+my $fp = $p->open_stream('chat');
+my $fs = $s->open_stream('chat');
+my $dir = PostgreSQL::Test::Utils::tempdir();
+my (@h, @out, @err, @want, %rolled);
+srand(70);
+for my $prod (1 .. 4)
+{
+	my $file = "$dir/producer$prod.sql";
+	open my $fh, '>', $file or die "$file: $!";
+	my $i = 0;
+	for my $t (1 .. 40)
+	{
+		my $rows = 1 + int(rand(3));
+		my $commit = rand() >= 0.1;
+		print $fh "BEGIN;\n";
+		for (1 .. $rows)
+		{
+			$i++;
+			print $fh "SELECT pgbus_stream.broadcast('chat', 'f$prod-$i');\n";
+			if ($commit) { push @want, "f$prod-$i" }
+			else         { $rolled{"f$prod-$i"} = 1 }
+		}
+		print $fh($commit ? "COMMIT;\n" : "ROLLBACK;\n");
+	}
+	close $fh;
+}
+for my $prod (1 .. 4)
+{
+	push @h,
+	  IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $p->connstr('postgres'), '-f', "$dir/producer$prod.sql" ],
+		'>', \$out[$prod], '2>', \$err[$prod], IPC::Run::timeout(120));
+}
+for my $prod (1 .. 4)
+{
+	my $ok = eval { $h[ $prod - 1 ]->finish };
+	ok($ok, "F: producer $prod finished") or diag($@ // '', $err[$prod] // '');
+}
+my $n = scalar @want;
+for my $pair ([ 'primary', $fp ], [ 'standby', $fs ])
+{
+	my ($name, $c) = @$pair;
+	ok($c->wait_for_data_events($n, 30), "F $name: $n committed rows arrive");
+	$c->poll(0.5);
+	my @got = map { $_->{data} } $c->data_events;
+	my %count;
+	$count{$_}++ for @got;
+	is(scalar @got, $n, "F $name: exactly $n frames");
+	is_deeply([ grep { $count{$_} != 1 } @want ], [], "F $name: each committed row once");
+	is_deeply([ grep { $rolled{$_} } @got ], [], "F $name: no rolled-back row");
+	my (%last, @disorder);
+	for my $d (@got)
+	{
+		my ($prod, $i) = $d =~ /^f(\d)-(\d+)$/ or next;
+		push @disorder, $d if defined $last{$prod} && $i <= $last{$prod};
+		$last{$prod} = $i;
+	}
+	is_deeply(\@disorder, [], "F $name: each producer's rows in its commit order");
+	my %ids = map { split /\|/, $_, 2 } split /\n/,
+	  $p->safe_psql('postgres', q{SELECT message->>'html', msg_id FROM pgbus_stream.q_pgbus_chat});
+	ids_ok([ $c->data_events ], [ map { $ids{ $_->{data} } } $c->data_events ], undef, "F $name");
+}
+$fp->close;
+$fs->close;
 
 $s->finish;
 $p->finish;
