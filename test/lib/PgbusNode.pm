@@ -49,11 +49,14 @@ my $BEARER_ALL_SECRET = 'pgbusnode-bearer-all';
 #              sse() unless the caller gives an Authorization header), for
 #              tests of private streams that are not about credentials
 #   allows_streaming 1: wal_level replica and WAL senders, for standbys
+#              (default: 1 when PGBUS_TEST_WAL=replica, so that any test can
+#              run with the capture's WAL records written)
 sub new
 {
 	my ($class, $name, %opt) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init(allows_streaming => $opt{allows_streaming} // 0);
+	$node->init(
+		allows_streaming => $opt{allows_streaming} // (($ENV{PGBUS_TEST_WAL} // '') eq 'replica' ? 1 : 0));
 	my $http_port = PostgreSQL::Test::Cluster::get_free_port();
 	my $heartbeat = $opt{heartbeat} // 1;
 	$node->append_conf(

@@ -13,8 +13,9 @@
 #    standby has replayed what it missed), then back to the primary.
 # D. Catalog changes replicate: a stream created on the primary is served by
 #    the standby within a second or so, a dropped one is no longer served.
-# E. replication() on the standby; the idle standby worker's CPU over 5 s
-#    (a figure, not an assertion).
+# E. replication() on the standby; an isolated broadcast's latency on each
+#    node and the idle standby worker's CPU over 5 s (figures, not
+#    assertions).
 # F. Four producers at once, transactions of 1-3 rows, some rolled back:
 #    both nodes deliver every committed row once, each producer's in its
 #    commit order, none rolled back. (Transactions committing at the same
@@ -200,6 +201,29 @@ my $r = $s->safe_psql('postgres',
 is($r, 't|t|t|t', 'E: replication() on the standby shows replay position, lag and last commit');
 is($p->safe_psql('postgres', 'SELECT in_recovery, replayed_lsn IS NULL FROM pgbus_stream.replication()'),
 	'f|t', 'E: and on the primary, not in recovery');
+
+# An isolated broadcast on an idle primary: how long until a client of each
+# node has it (the broadcast's own psql run included; a figure, not an
+# assertion). Were the COMMIT record left for the WAL writer's next round,
+# the standby would trail by up to wal_writer_delay (200 ms).
+my (@lat_p, @lat_s);
+for my $i (1 .. 5)
+{
+	for my $pair ([ $p, \@lat_p ], [ $s, \@lat_s ])
+	{
+		my ($node, $into) = @$pair;
+		my $c = $node->open_stream('chat');
+		sleep 0.3;
+		my $t0 = time;
+		$p->broadcast('chat', "idle$i");
+		$c->wait_for_data_events(1, 10);
+		push @$into, time - $t0;
+		$c->close;
+	}
+}
+my $median = sub { my @v = sort { $a <=> $b } @_; return $v[ int(@v / 2) ] };
+note(sprintf('E: isolated broadcast on an idle primary -> frame: primary client %.1f ms, '
+	  . 'standby client %.1f ms (medians of 5)', 1000 * $median->(@lat_p), 1000 * $median->(@lat_s)));
 
 my ($wpid) = $s->worker_pids;
 sub cpu_ticks
