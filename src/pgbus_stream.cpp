@@ -56,6 +56,7 @@ char *secret_key_base = nullptr;
 char *jwt_secret = nullptr;
 char *token_cookie = nullptr;
 bool stats_enabled = false;
+bool standby_records = true;
 int stats_max_age_s = 7 * 86400;
 } // namespace pgbs::guc
 
@@ -277,6 +278,11 @@ static void define_gucs() {
   DefineCustomIntVariable(
       "pgbus_stream.stats_max_age", "Age after which stream_stats rows are deleted.", nullptr,
       &stats_max_age_s, 7 * 86400, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+  DefineCustomBoolVariable(
+      "pgbus_stream.standby_records",
+      "Write the WAL records hot standbys serve streams from (wal_level replica or higher); "
+      "every node that replays this WAL must then preload pgbus_stream.",
+      nullptr, &standby_records, true, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

@@ -39,5 +39,6 @@ extern char *secret_key_base;
 extern char *jwt_secret;
 extern char *token_cookie;
 extern bool stats_enabled;
+extern bool standby_records; // capture writes WAL records for hot standbys
 extern int stats_max_age_s;
 } // namespace pgbs::guc

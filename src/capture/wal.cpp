@@ -2,6 +2,7 @@
 // PostgreSQL's C API only, like capture.cpp: nothing here throws, and the
 // commit-time and redo paths neither allocate nor raise an error.
 #include "capture/wal.hpp"
+#include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 
@@ -250,7 +251,7 @@ RmgrData rmgr = {
 
 void register_rmgr() { RegisterCustomRmgr(kRmgrId, &rmgr); }
 
-bool enabled() { return XLogIsNeeded(); }
+bool enabled() { return XLogIsNeeded() && guc::standby_records; }
 
 void log_floor(int64_t stream_id, int64_t floor) {
   if (!enabled())

@@ -9,7 +9,8 @@
 //           them into the node's own ring, exactly as a local commit would.
 //   FORGET  a stream id new in the catalog: its shared entry starts afresh,
 //           as on the primary (shmem::forget_stream).
-// Written only when wal_level is replica or higher.
+// Written only when wal_level is replica or higher and
+// pgbus_stream.standby_records is on.
 #pragma once
 
 #include "shmem/ring_record.hpp"
@@ -25,7 +26,8 @@ constexpr int kRmgrId = 128;
 
 void register_rmgr(); // from _PG_init
 
-// True when records are written (wal_level >= replica).
+// True when records are written (wal_level >= replica and
+// pgbus_stream.standby_records).
 bool enabled();
 
 // BEFORE trigger: assigns the xid and logs stream_id's floor. May ERROR (an
