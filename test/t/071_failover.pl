@@ -57,6 +57,9 @@ push @sent, [ $p->broadcast('fo', "p$_"), "p$_" ] for 6 .. 7;    # after the cli
 my $open = $p->background_psql('postgres', on_error_stop => 0);
 $open->query_safe('BEGIN');
 my $lost_id = $open->query_safe(q{SELECT pgbus_stream.broadcast('fo', 'never committed')});
+# The open transaction's records are sent once something flushes them: any
+# later commit does (as one would before a later broadcast reaches anyone).
+$p->safe_psql('postgres', 'SELECT pg_current_xact_id()');
 $p->wait_for_catchup($s->node, 'replay');
 ok($cs->wait_for_data_events(7, 10), 'the standby subscriber got 7 before the failover');
 cmp_ok($s->safe_psql('postgres', 'SELECT standby_floors FROM pgbus_stream.replication()'),
