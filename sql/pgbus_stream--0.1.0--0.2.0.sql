@@ -589,6 +589,15 @@ LANGUAGE sql STABLE AS $$
          ELSE '' END)
 $$;
 
+-- presence() lists who is connected to a stream over every worker, from the
+-- connection rows the workers publish: one row per identity (the
+-- credential's sub; NULL: the anonymous connections together) with its
+-- number of connections. A public stream's for any caller; a private one's
+-- for superusers, members of pgbus_stream_monitor and the extension's owner
+-- (checked inside: the catalog is not readable by PUBLIC).
+CREATE FUNCTION @extschema@.presence(stream text, OUT sub text, OUT connections bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_presence' LANGUAGE C;
+
 -- replication() shows where this node stands in WAL replay (NULLs on a
 -- primary): the WAL received and replayed, the bytes between them, the
 -- commit time of the last transaction replayed; and the floors of the
