@@ -799,3 +799,16 @@ GRANT EXECUTE ON FUNCTION @extschema@.connections(), @extschema@.diagnostics(), 
 GRANT USAGE ON SCHEMA @extschema@ TO pgbus_stream_monitor;
 GRANT SELECT ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats,
   @extschema@.audiences TO pgbus_stream_monitor;
+
+-- replication() shows where this node stands in WAL replay (NULLs on a
+-- primary): the WAL received and replayed, the bytes between them, the
+-- commit time of the last transaction replayed; and the floors of the
+-- primary's transactions in flight that the standby holds, how many did not
+-- fit its table and how many were swept after their transaction aborted.
+CREATE FUNCTION @extschema@.replication(
+  OUT in_recovery boolean, OUT received_lsn pg_lsn, OUT replayed_lsn pg_lsn,
+  OUT replay_lag_bytes bigint, OUT last_replayed_commit timestamptz, OUT standby_floors int,
+  OUT floor_overflows bigint, OUT floors_swept bigint)
+RETURNS record AS 'MODULE_PATHNAME', 'pgbus_stream_replication' LANGUAGE C STABLE;
+REVOKE ALL ON FUNCTION @extschema@.replication() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.replication() TO pgbus_stream_monitor;

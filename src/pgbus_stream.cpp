@@ -3,8 +3,10 @@
 #include "pgbus_stream.hpp"
 #include "core/names.hpp" // before postgres.h (core/ refuses to compile after it)
 #include "capture/capture.hpp"
+#include "capture/wal.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -55,6 +57,7 @@ char *secret_key_base = nullptr;
 char *jwt_secret = nullptr;
 char *token_cookie = nullptr;
 bool stats_enabled = false;
+bool standby_records = true;
 int stats_max_age_s = 7 * 86400;
 int max_pending_streams = 1024;
 int negative_cache_size = 10000;
@@ -67,6 +70,7 @@ static void request_shmem() {
   if (prev_shmem_request_hook)
     prev_shmem_request_hook();
   pgbs::shmem::shmem_request();
+  pgbs::shmem::standby_request();
   pgbs::shmem::awaited_request();
 }
 
@@ -74,6 +78,7 @@ static void startup_shmem() {
   if (prev_shmem_startup_hook)
     prev_shmem_startup_hook();
   pgbs::shmem::shmem_startup();
+  pgbs::shmem::standby_startup();
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   pgbs::shmem::awaited_startup();
   LWLockRelease(AddinShmemInitLock);
@@ -291,6 +296,11 @@ static void define_gucs() {
   DefineCustomIntVariable(
       "pgbus_stream.stats_max_age", "Age after which stream_stats rows are deleted.", nullptr,
       &stats_max_age_s, 7 * 86400, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+  DefineCustomBoolVariable(
+      "pgbus_stream.standby_records",
+      "Write the WAL records hot standbys serve streams from (wal_level replica or higher); "
+      "every node that replays this WAL must then preload pgbus_stream.",
+      nullptr, &standby_records, true, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 
@@ -299,7 +309,8 @@ static void register_workers() {
     BackgroundWorker worker;
     memset(&worker, 0, sizeof(worker));
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    // On a hot standby, as soon as it accepts read-only connections.
+    worker.bgw_start_time = BgWorkerStart_ConsistentState;
     worker.bgw_restart_time = 1;
     strlcpy(worker.bgw_library_name, "pgbus_stream", BGW_MAXLEN);
     strlcpy(worker.bgw_function_name, "pgbus_stream_worker_main", BGW_MAXLEN);
@@ -323,5 +334,6 @@ void _PG_init(void) {
   prev_shmem_startup_hook = shmem_startup_hook;
   shmem_startup_hook = startup_shmem;
   pgbs::capture::install_callbacks();
+  pgbs::wal::register_rmgr();
   register_workers();
 }

@@ -10,6 +10,7 @@
 // callback only copies into the ring, bumps atomics and sets latches.
 #include "core/auth.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
+#include "capture/wal.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/ring_record.hpp"
 #include "shmem/shared.hpp"
@@ -157,6 +158,7 @@ TxStream *register_stream(int64 stream_id) {
   ts->floor = floor;
   ts->count = 0;
   tx.registered = true;
+  wal::log_floor(stream_id, floor); // before any id is drawn, like the slot
   return ts;
 }
 
@@ -283,6 +285,48 @@ void wake_workers(bool all) {
   }
 }
 
+// The ring record of r, but for its ephemeral sequence number.
+void fill_header(ring::Header *h, const PendingRow *r) {
+  h->len = (uint32)record_size(r);
+  h->kind = r->ephemeral ? ring::Kind::Inline
+            : r->payload ? ring::Kind::RowInline
+                         : ring::Kind::Row;
+  h->stream_id = r->stream_id;
+  h->msg_id = r->msg_id;
+  h->data_len = r->data_len;
+  h->event_len = r->event_len;
+  h->visible_len = r->visible_len;
+  h->exclude = r->exclude;
+}
+
+// XACT_EVENT_PRE_COMMIT: the memory the WAL copy of the commit needs.
+void reserve_wal() {
+  Size need = 0;
+  if (!tx.overflowed)
+    for (int64 i = 0; i < tx.nrows; i++)
+      need += record_size(&tx.rows[i]);
+  wal::reserve(tx.nstreams, need);
+}
+
+// The commit's events for nodes that replay this WAL (capture/wal.hpp), after
+// the commit record. Nothing here may fail.
+void log_commit(bool fits) {
+  if (!wal::enabled())
+    return;
+  wal::begin_commit(MyDatabaseId, tx.catalog_changed, tx.overflowed || !fits);
+  for (int i = 0; i < tx.nstreams; i++)
+    wal::add_stream(tx.streams[i].stream_id, tx.streams[i].max_id, tx.streams[i].count);
+  ring::Header h;
+  memset(&h, 0, sizeof(h));
+  h.dboid = MyDatabaseId;
+  h.commit_us = (int64)GetCurrentTimestamp();
+  for (int64 i = 0; i < tx.nrows; i++) {
+    fill_header(&h, &tx.rows[i]);
+    wal::add_record(h, tx.rows[i].payload, fits);
+  }
+  wal::finish_commit();
+}
+
 // Runs at XACT_EVENT_COMMIT: nothing here may fail.
 void publish_commit() {
   shmem::Shared *s = shmem::shared();
@@ -308,16 +352,7 @@ void publish_commit() {
       h.ephemeral_seq = r->ephemeral ? pg_atomic_add_fetch_u64(&r->entry->ephemeral_seq, 1) : 0;
       if (!fits)
         continue;
-      h.len = (uint32)record_size(r);
-      h.kind = r->ephemeral ? ring::Kind::Inline
-               : r->payload ? ring::Kind::RowInline
-                            : ring::Kind::Row;
-      h.stream_id = r->stream_id;
-      h.msg_id = r->msg_id;
-      h.data_len = r->data_len;
-      h.event_len = r->event_len;
-      h.visible_len = r->visible_len;
-      h.exclude = r->exclude;
+      fill_header(&h, r);
       ring::write_record(s->ring, s->ring_capacity, head, h, r->payload);
       head += h.len;
     }
@@ -334,6 +369,7 @@ void publish_commit() {
   if (tx.catalog_changed)
     pg_atomic_fetch_add_u64(&s->catalog_version, 1);
   wake_workers(tx.catalog_changed || tx.overflowed || !fits);
+  log_commit(fits);
 }
 
 void on_xact(XactEvent event, void *) {
@@ -343,15 +379,21 @@ void on_xact(XactEvent event, void *) {
       ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                       errmsg("pgbus_stream: cannot PREPARE a transaction that wrote to a stream")));
     break;
+  case XACT_EVENT_PRE_COMMIT:
+    if (tx.registered || tx.catalog_changed)
+      reserve_wal();
+    break;
   case XACT_EVENT_COMMIT:
     if (tx.registered || tx.catalog_changed)
       publish_commit();
     reset_tx();
+    wal::reset();
     break;
   case XACT_EVENT_ABORT:
   case XACT_EVENT_PREPARE:
     clear_slot();
     reset_tx();
+    wal::reset();
     break;
   default:
     break;
@@ -580,8 +622,10 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
 // functions; tells the workers at commit. Shared memory takes an entry for
 // the stream only once it is written or watched.
 extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
-  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
+  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1)) {
     pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
+    pgbs::wal::log_forget(PG_GETARG_INT64(0));
+  }
   note_catalog_change();
   PG_RETURN_VOID();
 }

@@ -3,6 +3,7 @@
 #include "pgbus_stream.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
+#include "worker/standby.hpp"
 
 #include <algorithm>
 #include <ctime>
@@ -23,8 +24,11 @@ engine::Config engine_config() {
   c.memory_retention = (size_t)guc::memory_retention;
   c.replay_page_size = (size_t)guc::replay_page_size;
   c.default_event = guc::default_event ? guc::default_event : "";
-  c.stats_enabled = guc::stats_enabled;
-  c.default_retention = guc::default_retention_s > 0;
+  // A standby writes nothing: no history rows, no retention (the primary's
+  // deletions replicate).
+  const bool standby = in_recovery();
+  c.stats_enabled = guc::stats_enabled && !standby;
+  c.default_retention = guc::default_retention_s > 0 && !standby;
   c.max_pending_streams = (size_t)guc::max_pending_streams;
   c.negative_cache_size = (size_t)guc::negative_cache_size;
   return c;

@@ -2,6 +2,7 @@
 // ring lock (shared mode) and parses it after releasing the lock.
 #include "worker/ring_reader.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -122,6 +123,13 @@ void read_horizon_bounds(uint32_t dboid, int holder, const std::vector<int64_t> 
       }
     }
   }
+  // On a node replaying WAL: the primary's producers' floors.
+  static std::vector<shmem::SlotEntry> replayed;
+  replayed.clear();
+  if (shmem::standby_copy_floors(dboid, &replayed))
+    out->frozen = true;
+  for (const shmem::SlotEntry &e : replayed)
+    out->lower_floor(e.stream_id, e.floor);
   pg_memory_barrier();
 }
 

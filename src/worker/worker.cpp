@@ -11,6 +11,7 @@
 #include "shmem/shared.hpp"
 #include "worker/audience_rules.hpp"
 #include "worker/hub.hpp"
+#include "worker/standby.hpp"
 
 #include <csignal>
 #include <dirent.h>
@@ -382,8 +383,13 @@ int run() {
     if (listening)
       AddWaitEventToSet(wes, WL_SOCKET_READABLE, fd, nullptr, nullptr);
   });
+  // On a hot standby nothing is written (cursors, history, retention) until
+  // it is promoted; the worker goes on serving across the promotion.
+  bool standby = in_recovery();
   pg::log("worker " + std::to_string(worker_index) + " listening on port " +
-          std::to_string(guc::port));
+          std::to_string(guc::port) + (standby ? " (hot standby: read-only)" : ""));
+  bool floors_held = standby; // standby floors to sweep (worker 0)
+  int64 last_sweep_ms = 0;
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
@@ -416,6 +422,8 @@ int run() {
                           // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
+    if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
+      timeout = 100; // floors of aborted transactions are swept while any are held
     if (const long poll = hub.ring_poll_ms(); poll >= 0 && (timeout < 0 || timeout > poll))
       timeout = poll; // commits come too fast to be woken for each: read on a timer
     WaitEvent events[3];
@@ -426,6 +434,18 @@ int run() {
     if (got_sigterm)
       break;
     refresh_audiences();
+    if (standby && !in_recovery()) {
+      standby = false;
+      pg::log("worker " + std::to_string(worker_index) + ": this node was promoted, now writing");
+      hub.configure(); // history and retention as configured
+    }
+    if (worker_index == 0) {
+      const int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
+      if (now_ms - last_sweep_ms >= 100) {
+        last_sweep_ms = now_ms;
+        guarded([&] { floors_held = sweep_standby_floors(); });
+      }
+    }
     if (ConfigReloadPending) {
       ConfigReloadPending = false;
       pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
@@ -491,7 +511,7 @@ int run() {
       replays_pending = hub.replays_pending();
       hub.track_written();
       int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (now_flush_ms - last_flush_ms >= guc::cursor_flush_interval_ms) {
+      if (!standby && now_flush_ms - last_flush_ms >= guc::cursor_flush_interval_ms) {
         hub.flush_cursors();
         hub.flush_history();
         last_flush_ms = now_flush_ms;
@@ -500,7 +520,7 @@ int run() {
         last_probe_ms = now_flush_ms;
         database_ok = hub.probe();
       }
-      if (worker_index == 0 &&
+      if (worker_index == 0 && !standby &&
           now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
@@ -552,7 +572,8 @@ int run() {
   if (listening)
     server.shutdown(guc::shutdown_policy == 0 ? guc::shutdown_drain_ms : 0);
   try {
-    hub.flush_cursors(); // what reached the sockets before the stop
+    if (!in_recovery())
+      hub.flush_cursors(); // what reached the sockets before the stop
   } catch (const pg::Error &e) {
     pg::warn(std::string("could not store subscriber cursors: ") + e.what());
   }

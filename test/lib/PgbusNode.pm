@@ -48,11 +48,15 @@ my $BEARER_ALL_SECRET = 'pgbusnode-bearer-all';
 #   bearer_all 1: streams are read with a JWT covering every stream (sent by
 #              sse() unless the caller gives an Authorization header), for
 #              tests of private streams that are not about credentials
+#   allows_streaming 1: wal_level replica and WAL senders, for standbys
+#              (default: 1 when PGBUS_TEST_WAL=replica, so that any test can
+#              run with the capture's WAL records written)
 sub new
 {
 	my ($class, $name, %opt) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(
+		allows_streaming => $opt{allows_streaming} // (($ENV{PGBUS_TEST_WAL} // '') eq 'replica' ? 1 : 0));
 	my $http_port = PostgreSQL::Test::Cluster::get_free_port();
 	my $heartbeat = $opt{heartbeat} // 1;
 	$node->append_conf(
@@ -84,6 +88,33 @@ log_min_messages = info
 	}
 	$self->wait_http_ready
 	  or croak("pgbus_stream listener did not accept connections on port $http_port");
+	return $self;
+}
+
+# standby makes a streaming hot standby of $primary (a PgbusNode made with
+# allows_streaming) from a fresh base backup: the extension preloaded, its
+# own SSE port (conf: extra lines). Starts it and waits for its listener.
+sub standby
+{
+	my ($class, $name, $primary, %opt) = @_;
+	$primary->node->backup("backup_for_$name");
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init_from_backup($primary->node, "backup_for_$name", has_streaming => 1);
+	my $http_port = PostgreSQL::Test::Cluster::get_free_port();
+	$node->append_conf('postgresql.conf',
+		"hot_standby = on\npgbus_stream.port = $http_port\n" . ($opt{conf} // ''));
+	my $self = bless {
+		node => $node,
+		name => $name,
+		http_port => $http_port,
+		expected_signals => [],
+		timeout => $opt{timeout} // 60,
+		bearer => $primary->{bearer},
+	}, $class;
+	unlink($self->_expected_file);
+	$node->start;
+	$self->wait_http_ready
+	  or croak("pgbus_stream listener of standby $name did not accept connections on port $http_port");
 	return $self;
 }
 

@@ -1,0 +1,388 @@
+// The capture's WAL records and their redo (see wal.hpp). Plain structs and
+// PostgreSQL's C API only, like capture.cpp: nothing here throws, and the
+// commit-time and redo paths neither allocate nor raise an error.
+#include "capture/wal.hpp"
+#include "pgbus_stream.hpp"
+#include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
+
+extern "C" {
+#include "postgres.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xloginsert.h"
+#include "access/xlogreader.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
+}
+
+namespace pgbs::wal {
+namespace {
+
+constexpr uint8 kInfoFloor = 0x10;
+constexpr uint8 kInfoCommit = 0x20;
+constexpr uint8 kInfoForget = 0x30;
+
+// COMMIT flags.
+constexpr uint32 kCatalogChanged = 1;
+constexpr uint32 kIncomplete = 2; // events the record does not carry: readers catch up
+
+// Ring records one COMMIT record carries at most; beyond it the standby reads
+// the transaction's rows from its tables (ephemeral events count as lost).
+constexpr size_t kMaxRecordBytes = 4 * 1024 * 1024;
+
+struct FloorRec {
+  TransactionId xid; // the top-level transaction
+  Oid dboid;
+  int64 stream_id;
+  int64 floor;
+};
+
+struct ForgetRec {
+  Oid dboid;
+  uint32 pad;
+  int64 stream_id;
+};
+
+struct CommitHdr {
+  TransactionId xid;
+  Oid dboid;
+  uint32 flags;
+  uint32 nstreams;
+  uint64 ring_bytes;
+};
+
+struct StreamRec {
+  int64 stream_id;
+  int64 max_id;
+  int64 count;
+  int64 lost_ephemeral; // ephemeral events that did not fit the primary's ring
+};
+
+// The COMMIT record being built: reserved at PRE_COMMIT, filled at COMMIT.
+struct Pending {
+  bool reserved;
+  TransactionId xid;
+  CommitHdr hdr;
+  StreamRec *streams; // TopMemoryContext, cap_streams entries
+  int cap_streams;
+  char *records; // TopMemoryContext, cap_bytes
+  size_t cap_bytes;
+  size_t want_bytes; // reserved for this transaction (<= cap_bytes)
+  int last_stream;   // add_record's lookup hint
+};
+Pending pending;
+
+StreamRec *stream_rec(int64 stream_id) {
+  if (pending.last_stream < (int)pending.hdr.nstreams &&
+      pending.streams[pending.last_stream].stream_id == stream_id)
+    return &pending.streams[pending.last_stream];
+  for (uint32 i = 0; i < pending.hdr.nstreams; i++)
+    if (pending.streams[i].stream_id == stream_id) {
+      pending.last_stream = (int)i;
+      return &pending.streams[i];
+    }
+  return nullptr;
+}
+
+// ---- redo (startup process) -------------------------------------------------
+
+void redo_floor(const char *data, uint32 len) {
+  FloorRec r;
+  if (len != sizeof(r))
+    elog(PANIC, "pgbus_stream: FLOOR record of %u bytes", len);
+  memcpy(&r, data, sizeof(r));
+  shmem::standby_add_floor(r.xid, r.dboid, r.stream_id, r.floor);
+}
+
+constexpr int kMaxRedoStreams = 1024;
+
+void redo_commit(const char *data, uint32 len) {
+  CommitHdr h;
+  if (len < sizeof(h))
+    elog(PANIC, "pgbus_stream: COMMIT record of %u bytes", len);
+  memcpy(&h, data, sizeof(h));
+  const size_t streams_len = (size_t)h.nstreams * sizeof(StreamRec);
+  if (h.nstreams > kMaxRedoStreams || sizeof(h) + streams_len + h.ring_bytes != len)
+    elog(PANIC, "pgbus_stream: malformed COMMIT record (%u streams, %llu record bytes, %u bytes)",
+         h.nstreams, (unsigned long long)h.ring_bytes, len);
+  const char *srecs = data + sizeof(h);
+  const char *recs = srecs + streams_len;
+  shmem::Shared *s = shmem::shared();
+  shmem::StreamEntry *entries[kMaxRedoStreams];
+  StreamRec sr[1];
+  bool incomplete = (h.flags & kIncomplete) != 0;
+  for (uint32 i = 0; i < h.nstreams; i++) {
+    memcpy(sr, srecs + i * sizeof(StreamRec), sizeof(StreamRec));
+    entries[i] = shmem::acquire_stream(h.dboid, sr->stream_id, shmem::kBackend);
+    if (entries[i] == nullptr)
+      incomplete = true; // shared memory is full: the tables are the truth
+  }
+  auto entry_of = [&](int64 stream_id) -> shmem::StreamEntry * {
+    for (uint32 i = 0; i < h.nstreams; i++)
+      if (entries[i] && entries[i]->stream_id == stream_id)
+        return entries[i];
+    return nullptr;
+  };
+  // This node's ring may be smaller than the primary's: what does not fit in
+  // half of it is left to the tables, as on the primary.
+  const bool fits = h.ring_bytes <= s->ring_capacity / 2;
+  if (!fits)
+    incomplete = true;
+  if (h.ring_bytes > 0) {
+    LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
+    uint64 head = pg_atomic_read_u64(&s->ring_head);
+    for (size_t o = 0; o < h.ring_bytes;) {
+      ring::Header rh;
+      if (h.ring_bytes - o < sizeof(rh)) {
+        incomplete = true;
+        break;
+      }
+      memcpy(&rh, recs + o, sizeof(rh));
+      const uint64 plen = (uint64)rh.data_len + rh.event_len + rh.visible_len;
+      if (rh.len < sizeof(rh) || rh.len % 8 != 0 || rh.len > h.ring_bytes - o ||
+          sizeof(rh) + plen > rh.len) {
+        incomplete = true;
+        break;
+      }
+      // Ephemeral events are numbered by this node's entries, in ring order.
+      if (rh.kind == ring::Kind::Inline) {
+        shmem::StreamEntry *e = entry_of(rh.stream_id);
+        rh.ephemeral_seq = e ? pg_atomic_add_fetch_u64(&e->ephemeral_seq, 1) : 0;
+      }
+      if (fits) {
+        ring::write_record(s->ring, s->ring_capacity, head, rh, recs + o + sizeof(rh));
+        head += rh.len;
+      }
+      o += rh.len;
+    }
+    pg_atomic_write_u64(&s->ring_head, head);
+    LWLockRelease(s->ring_lock);
+  }
+  for (uint32 i = 0; i < h.nstreams; i++) {
+    if (entries[i] == nullptr)
+      continue;
+    memcpy(sr, srecs + i * sizeof(StreamRec), sizeof(StreamRec));
+    if (sr->lost_ephemeral > 0)
+      pg_atomic_fetch_add_u64(&entries[i]->ephemeral_seq, (uint64)sr->lost_ephemeral);
+    if (sr->max_id > 0)
+      shmem::advance_max_committed(entries[i], sr->max_id);
+    pg_atomic_fetch_add_u64(&entries[i]->events, (uint64)sr->count);
+  }
+  if (incomplete) {
+    pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
+    pg_atomic_fetch_add_u64(&s->ring_overflows, 1);
+  }
+  if (TransactionIdIsValid(h.xid))
+    shmem::standby_clear(h.xid);
+  if (h.flags & kCatalogChanged)
+    pg_atomic_fetch_add_u64(&s->catalog_version, 1);
+  pg_memory_barrier();
+  for (int i = 0; i < shmem::kMaxWorkers; i++)
+    if (Latch *l = s->worker_latch[i])
+      SetLatch(l);
+  for (uint32 i = 0; i < h.nstreams; i++)
+    shmem::release_stream(entries[i], shmem::kBackend);
+}
+
+void redo_forget(const char *data, uint32 len) {
+  ForgetRec r;
+  if (len != sizeof(r))
+    elog(PANIC, "pgbus_stream: FORGET record of %u bytes", len);
+  memcpy(&r, data, sizeof(r));
+  shmem::forget_stream(r.dboid, r.stream_id);
+}
+
+void rm_redo(XLogReaderState *record) {
+  const uint8 info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+  if (info == kInfoFloor)
+    redo_floor(XLogRecGetData(record), XLogRecGetDataLen(record));
+  else if (info == kInfoCommit)
+    redo_commit(XLogRecGetData(record), XLogRecGetDataLen(record));
+  else if (info == kInfoForget)
+    redo_forget(XLogRecGetData(record), XLogRecGetDataLen(record));
+  else
+    elog(PANIC, "pgbus_stream: unknown WAL record type %u", info);
+}
+
+void rm_desc(StringInfo buf, XLogReaderState *record) {
+  const uint8 info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+  const char *data = XLogRecGetData(record);
+  const uint32 len = XLogRecGetDataLen(record);
+  if (info == kInfoFloor && len == sizeof(FloorRec)) {
+    FloorRec r;
+    memcpy(&r, data, sizeof(r));
+    appendStringInfo(buf, "xid %u db %u stream " INT64_FORMAT " floor " INT64_FORMAT, r.xid,
+                     r.dboid, r.stream_id, r.floor);
+  } else if (info == kInfoForget && len == sizeof(ForgetRec)) {
+    ForgetRec r;
+    memcpy(&r, data, sizeof(r));
+    appendStringInfo(buf, "db %u stream " INT64_FORMAT, r.dboid, r.stream_id);
+  } else if (info == kInfoCommit && len >= sizeof(CommitHdr)) {
+    CommitHdr h;
+    memcpy(&h, data, sizeof(h));
+    appendStringInfo(buf, "xid %u db %u streams %u record bytes %llu flags %u", h.xid, h.dboid,
+                     h.nstreams, (unsigned long long)h.ring_bytes, h.flags);
+  }
+}
+
+const char *rm_identify(uint8 info) {
+  switch (info & ~XLR_INFO_MASK) {
+  case kInfoFloor:
+    return "FLOOR";
+  case kInfoCommit:
+    return "COMMIT";
+  case kInfoForget:
+    return "FORGET";
+  default:
+    return nullptr;
+  }
+}
+
+RmgrData rmgr = {
+    "pgbus_stream", rm_redo, rm_desc, rm_identify, nullptr, nullptr, nullptr, nullptr,
+};
+
+} // namespace
+
+void register_rmgr() { RegisterCustomRmgr(kRmgrId, &rmgr); }
+
+bool enabled() { return XLogIsNeeded() && guc::standby_records; }
+
+void log_floor(int64_t stream_id, int64_t floor) {
+  if (!enabled())
+    return;
+  // The record names the current (sub)transaction's xid, so a standby knows
+  // the transaction is in progress from this record on; the floor is keyed
+  // by the top-level xid, which the COMMIT record names.
+  (void)GetCurrentTransactionId();
+  FloorRec r;
+  memset(&r, 0, sizeof(r));
+  r.xid = GetTopTransactionId();
+  r.dboid = MyDatabaseId;
+  r.stream_id = stream_id;
+  r.floor = floor;
+  XLogBeginInsert();
+  XLogRegisterData((char *)&r, sizeof(r));
+  (void)XLogInsert(kRmgrId, kInfoFloor);
+}
+
+void log_forget(int64_t stream_id) {
+  if (!enabled())
+    return;
+  ForgetRec r;
+  memset(&r, 0, sizeof(r));
+  r.dboid = MyDatabaseId;
+  r.stream_id = stream_id;
+  XLogBeginInsert();
+  XLogRegisterData((char *)&r, sizeof(r));
+  (void)XLogInsert(kRmgrId, kInfoForget);
+}
+
+void reserve(int nstreams, size_t ring_bytes) {
+  pending.reserved = false;
+  if (!enabled())
+    return;
+  if (ring_bytes > kMaxRecordBytes)
+    ring_bytes = 0; // too large for one record: the record says incomplete
+  if (nstreams > pending.cap_streams) {
+    StreamRec *n = (StreamRec *)MemoryContextAlloc(TopMemoryContext, nstreams * sizeof(StreamRec));
+    if (pending.streams)
+      pfree(pending.streams);
+    pending.streams = n;
+    pending.cap_streams = nstreams;
+  }
+  if (ring_bytes > pending.cap_bytes) {
+    char *n = (char *)MemoryContextAlloc(TopMemoryContext, ring_bytes);
+    if (pending.records)
+      pfree(pending.records);
+    pending.records = n;
+    pending.cap_bytes = ring_bytes;
+  }
+  pending.want_bytes = ring_bytes;
+  pending.xid = GetTopTransactionIdIfAny();
+  pending.reserved = true;
+}
+
+void begin_commit(uint32_t dboid, bool catalog_changed, bool incomplete) {
+  if (!pending.reserved)
+    return;
+  memset(&pending.hdr, 0, sizeof(pending.hdr));
+  pending.hdr.xid = pending.xid;
+  pending.hdr.dboid = dboid;
+  pending.hdr.flags = (catalog_changed ? kCatalogChanged : 0) | (incomplete ? kIncomplete : 0);
+  pending.last_stream = 0;
+}
+
+void add_stream(int64_t stream_id, int64_t max_id, int64_t count) {
+  if (!pending.reserved)
+    return;
+  if ((int)pending.hdr.nstreams >= pending.cap_streams) {
+    pending.hdr.flags |= kIncomplete;
+    return;
+  }
+  StreamRec *r = &pending.streams[pending.hdr.nstreams++];
+  r->stream_id = stream_id;
+  r->max_id = max_id;
+  r->count = count;
+  r->lost_ephemeral = 0;
+}
+
+void add_record(const ring::Header &h, const char *payload, bool written) {
+  if (!pending.reserved)
+    return;
+  if (!written) {
+    if (h.kind == ring::Kind::Inline)
+      if (StreamRec *r = stream_rec(h.stream_id))
+        r->lost_ephemeral++;
+    pending.hdr.flags |= kIncomplete;
+    return;
+  }
+  if (pending.hdr.ring_bytes + h.len > pending.want_bytes) {
+    pending.hdr.flags |= kIncomplete;
+    if (h.kind == ring::Kind::Inline)
+      if (StreamRec *r = stream_rec(h.stream_id))
+        r->lost_ephemeral++;
+    return;
+  }
+  // A linear buffer is a ring that never wraps.
+  ring::write_record(pending.records, pending.want_bytes, pending.hdr.ring_bytes, h, payload);
+  pending.hdr.ring_bytes += h.len;
+}
+
+void finish_commit() {
+  if (!pending.reserved)
+    return;
+  pending.reserved = false;
+  // Cannot fail here: insertion is allowed (not in recovery), no insertion is
+  // open, three data chunks are within the preallocated ones, and the record
+  // is bounded by kMaxRecordBytes; a WAL write failure is a PANIC anyway.
+  XLogBeginInsert();
+  XLogRegisterData((char *)&pending.hdr, sizeof(pending.hdr));
+  if (pending.hdr.nstreams > 0)
+    XLogRegisterData((char *)pending.streams, pending.hdr.nstreams * sizeof(StreamRec));
+  if (pending.hdr.ring_bytes > 0)
+    XLogRegisterData(pending.records, (uint32)pending.hdr.ring_bytes);
+  const XLogRecPtr end = XLogInsert(kRmgrId, kInfoCommit);
+  // The commit record was flushed (or left to the WAL writer) before this
+  // one was written: without a nudge this record would wait for the next
+  // commit or the WAL writer's next round before a standby sees it.
+  XLogSetAsyncXactLSN(end);
+  if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF && ProcGlobal->walwriterLatch)
+    SetLatch(ProcGlobal->walwriterLatch);
+}
+
+void reset() {
+  pending.reserved = false;
+  if (pending.cap_bytes > 1024 * 1024) { // do not keep a large buffer between transactions
+    pfree(pending.records);
+    pending.records = nullptr;
+    pending.cap_bytes = 0;
+  }
+}
+
+} // namespace pgbs::wal
