@@ -57,6 +57,20 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
     } else if (!which.name.empty()) {
       where = " AND s.name = $1";
       args.push_back(pg::Arg::txt(which.name));
+    } else {
+      // An auto-attached queue nobody subscribed to yet has no capture
+      // triggers: nothing of it reaches the ring, and a subscription loads it
+      // by name. Left out, a database with many such queues (one per record
+      // for the pgbus gem) costs a full load neither a read of each queue's
+      // maximum nor a shared-memory entry per queue. Streams read before
+      // stay in, so that a dropped one is noticed.
+      where = " AND (NOT coalesce((to_jsonb(s) ->> 'auto_attached')::boolean, false)"
+              "      OR coalesce((to_jsonb(s) ->> 'hooked')::boolean, true) OR s.id = ANY($1))";
+      std::vector<int64_t> known;
+      known.reserve(rows_sql_.size());
+      for (const auto &kv : rows_sql_)
+        known.push_back(kv.first);
+      args.push_back(pg::Arg::int8_array(known));
     }
     // The committed maximum of each queue (and archive) seeds the horizon.
     t = tx.query(
