@@ -64,14 +64,15 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
       where = " AND s.name = $1";
       args.push_back(pg::Arg::txt(which.name));
     } else if (gem_columns) {
-      // An auto-attached queue nobody subscribed to yet has no capture
-      // triggers: nothing of it reaches the ring, and a subscription loads it
-      // by name. Left out, a database with many such queues (one per record
-      // for the pgbus gem) costs a full load neither a read of each queue's
+      // A private auto-attached queue nobody subscribed to yet has no
+      // capture triggers: nothing of it reaches the ring, an anonymous
+      // request may not read it, and an authorised subscription loads it by
+      // name. Left out, a database with many such queues (one per record for
+      // the pgbus gem) costs a full load neither a read of each queue's
       // maximum nor a shared-memory entry per queue. Streams read before
       // stay in, so that a dropped one is noticed.
       // (in a CASE: the queue's lookup runs only for the rows kept)
-      only = "(NOT s.auto_attached OR s.hooked OR s.id = ANY($1))";
+      only = "(NOT s.auto_attached OR s.hooked OR s.public OR s.id = ANY($1))";
       std::vector<int64_t> known;
       known.reserve(rows_sql_.size());
       for (const auto &kv : rows_sql_)
