@@ -125,8 +125,14 @@ BEGIN
   IF p_auto THEN
     -- No triggers until someone subscribes (_hook_triggers): a queue nobody
     -- watches, like the gem's job queues, costs its producers nothing.
-    -- Workers learn of the stream from its first subscription.
+    -- Workers learn of the stream from its first subscription, or at commit
+    -- when a subscription waits for it (_stream_born); such a queue is hooked
+    -- now, so that the sends of this very transaction are captured.
     PERFORM @extschema@._stream_born(s.id);
+    IF @extschema@._stream_awaited(p_name) THEN
+      PERFORM @extschema@._hook_triggers(s.id);
+      SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
+    END IF;
     RETURN s;
   END IF;
   PERFORM @extschema@._hook_triggers(s.id);
@@ -388,10 +394,14 @@ BEGIN
   RETURN v;
 END $$;
 
--- workers() shows each running worker process and its counters.
+-- workers() shows each running worker process and its counters;
+-- catalog_reads counts the catalog queries it ran (an unknown stream name
+-- asked again costs none), pending its subscriptions waiting for a stream
+-- that does not exist yet.
 CREATE FUNCTION @extschema@.workers(
   OUT worker int, OUT pid int, OUT connections bigint, OUT delivered bigint, OUT overflow_dropped bigint,
-  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint)
+  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint,
+  OUT catalog_reads bigint, OUT pending bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
 
 -- connections() shows each live SSE connection (refreshed by its worker
@@ -550,10 +560,17 @@ CREATE FUNCTION @extschema@._auto_attach_match(queue text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'pgbus_stream_auto_attach_match' LANGUAGE C STABLE STRICT;
 
 -- _stream_born clears what an older stream with the same id left in shared
--- memory, without taking an entry for the new one.
+-- memory, without taking an entry for the new one, and at commit tells the
+-- workers that a stream was born (without a full catalog reload).
 CREATE FUNCTION @extschema@._stream_born(stream_id bigint) RETURNS void
   AS 'MODULE_PATHNAME', 'pgbus_stream_stream_born' LANGUAGE C STRICT;
 REVOKE ALL ON FUNCTION @extschema@._stream_born(bigint) FROM PUBLIC;
+
+-- _stream_awaited tells whether a subscription waits for the stream of this
+-- name (pgbus_stream.max_pending_streams bounds how many are awaited).
+CREATE FUNCTION @extschema@._stream_awaited(name text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'pgbus_stream_stream_awaited' LANGUAGE C STABLE STRICT;
+REVOKE ALL ON FUNCTION @extschema@._stream_awaited(text) FROM PUBLIC;
 
 -- _stream_name_of names the stream of a queue: the queue without
 -- pgbus_stream.queue_prefix.

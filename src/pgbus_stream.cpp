@@ -4,6 +4,7 @@
 #include "core/names.hpp" // before postgres.h (core/ refuses to compile after it)
 #include "capture/capture.hpp"
 #include "pg/guard.hpp"
+#include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 
 extern "C" {
@@ -56,6 +57,8 @@ char *jwt_secret = nullptr;
 char *token_cookie = nullptr;
 bool stats_enabled = false;
 int stats_max_age_s = 7 * 86400;
+int max_pending_streams = 1024;
+int negative_cache_size = 10000;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -65,12 +68,16 @@ static void request_shmem() {
   if (prev_shmem_request_hook)
     prev_shmem_request_hook();
   pgbs::shmem::shmem_request();
+  pgbs::shmem::awaited_request();
 }
 
 static void startup_shmem() {
   if (prev_shmem_startup_hook)
     prev_shmem_startup_hook();
   pgbs::shmem::shmem_startup();
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  pgbs::shmem::awaited_startup();
+  LWLockRelease(AddinShmemInitLock);
 }
 
 // An event name the SSE framing can carry: printable ASCII, no spaces (or empty).
@@ -158,6 +165,17 @@ static void define_gucs() {
   DefineCustomIntVariable("pgbus_stream.max_streams", "Streams that shared memory can track.",
                           nullptr, &max_streams, 1024, 16, 1000000, PGC_POSTMASTER, 0, nullptr,
                           nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.max_pending_streams",
+      "Streams not created yet that subscriptions may wait for at once, over all workers.",
+      "A subscription with a credential for a stream whose queue does not exist yet waits "
+      "for it; beyond this many distinct streams it is answered 503.",
+      &max_pending_streams, 1024, 1, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.negative_cache_size",
+      "Unknown stream names each worker remembers, so that asking again reads no catalog.",
+      "Forgotten when a stream is created or attached; 0 = none.", &negative_cache_size, 10000, 0,
+      1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "pgbus_stream.inline_payload_max",
       "Largest payload carried through shared memory instead of re-read from the table.", nullptr,

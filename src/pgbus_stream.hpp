@@ -40,4 +40,6 @@ extern char *jwt_secret;
 extern char *token_cookie;
 extern bool stats_enabled;
 extern int stats_max_age_s;
+extern int max_pending_streams; // awaited streams in shared memory (restart)
+extern int negative_cache_size;
 } // namespace pgbs::guc

@@ -54,7 +54,7 @@ bool missed_ephemeral(const Stream &st, const cursor::StreamPosition &p) {
 
 } // namespace
 
-bool Engine::subscribe(const Subscribe &req, bool again) {
+bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   auto reject = [&](int status, const std::string &reason) {
     sink_.reject(req.conn_id, status, reason);
     std::string detail = std::to_string(status) + " " + reason;
@@ -72,11 +72,8 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
     return reject(status, why + "\n");
   std::vector<std::string> wanted = req.streams;
   if (!req.signed_name.empty()) {
-    if (by_name_.count(who.signed_name) == 0) {
-      CatalogFilter one;
-      one.name = who.signed_name;
-      load_streams(one);
-    }
+    bool failed = false; // then the gem's form is looked up, and fails the same way
+    lookup(who.signed_name, &failed);
     wanted = {auth::Gate::signed_target(
         who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
   }
@@ -90,16 +87,31 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
   bool any_private = false;
   for (const std::string &name : wanted) {
     Stream *st = find_by_name(name);
-    if (st == nullptr) {
-      CatalogFilter one;
-      one.name = name;
-      if (!load_streams(one))
+    // Every way to make a stream public moves the catalog version: with the
+    // catalog of this version loaded whole, an anonymous request for a name
+    // it lacks is refused without reading it (a flood of made-up names costs
+    // no SQL). Other unknown names are read once, then remembered.
+    if (st == nullptr && (who.present || !catalog_complete_)) {
+      bool failed = false;
+      st = lookup(name, &failed);
+      if (failed)
         return reject(503, "stream unavailable: cannot read the catalog, retry\n");
-      st = find_by_name(name);
     }
-    if (int status =
-            auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why))
-      return reject(status, (status == 404 ? "unknown stream: " + name : why) + "\n");
+    int status = auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why);
+    if (status == 404) {
+      // Authorised for a stream that does not exist yet (the gem creates its
+      // queue at the first broadcast): the subscription waits for it.
+      for (const PendingSub &p : c->pending)
+        if (p.name == name)
+          return reject(400, "stream named twice: " + name + "\n");
+      PendingSub p;
+      p.name = name;
+      c->pending.push_back(std::move(p));
+      any_private = true;
+      continue;
+    }
+    if (status)
+      return reject(status, why + "\n");
     // Hooked only for an authorised subscriber: no DDL on an anonymous request.
     if (!st->info.hooked && (st = hook(st)) == nullptr)
       return reject(503, "stream unavailable: cannot hook its queue, retry\n");
@@ -114,6 +126,8 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
   if (!req.subscriber.empty())
     if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why))
       return reject(status, why + "\n");
+  if (!again && !c->subs.empty() && !bounded)
+    return false; // positions are taken from the streams: bring them up to date first
   if (!again)
     for (const Sub &s : c->subs)
       if (s.st->first_bounds)
@@ -143,6 +157,13 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
     }
     have_cursor = !cur.streams.empty();
   }
+  if (have_cursor)
+    for (PendingSub &p : c->pending)
+      for (const auto &[name, pos] : cur.streams)
+        if (name == p.name || (!c->multi && cur.streams.size() == 1 && name.empty())) {
+          p.has_pos = true;
+          p.pos = pos;
+        }
   int64_t replay_n = -1; // -1: none; INT64_MAX: all
   if (!have_cursor && !req.replay.empty()) {
     if (req.replay == "all")
@@ -202,6 +223,24 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
   std::string names;
   for (const Sub &s : c->subs)
     names += (names.empty() ? "" : ",") + s.st->info.name;
+  // Waiting for streams: bounded per process and in shared memory (where
+  // their creators look).
+  std::vector<std::string> awaited_now;
+  auto unawait = [&] {
+    for (const std::string &n : awaited_now)
+      obs_.awaited(n, false);
+  };
+  for (const PendingSub &p : c->pending) {
+    names += (names.empty() ? "" : ",") + p.name;
+    if (pending_.count(p.name))
+      continue;
+    if (pending_.size() + awaited_now.size() >= cfg_.max_pending_streams ||
+        !obs_.awaited(p.name, true)) {
+      unawait();
+      return reject(503, "too many streams awaited (pgbus_stream.max_pending_streams), retry\n");
+    }
+    awaited_now.push_back(p.name);
+  }
   const std::string since = conn_token(*c);
   std::string preamble;
   sse::append_retry(preamble, 2000);
@@ -211,16 +250,22 @@ bool Engine::subscribe(const Subscribe &req, bool again) {
                     "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
   preamble += gaps;
   c->ref = sink_.open(c->id, std::move(preamble), since);
-  if (c->ref == nullptr)
+  if (c->ref == nullptr) {
+    unawait();
     return true;
+  }
   c->live_only =
       cfg_.overflow_policy != OverflowPolicy::Lag && c->subscriber.empty(); // see configure()
   c->opened_us = now_us_;
   obs_.diagnostic(c->id, "subscribed", names,
                   "since=" + since + (c->subscriber.empty() ? "" : " subscriber=" + c->subscriber) +
-                      " remote=" + req.remote_addr);
+                      (c->pending.empty() ? "" : " waiting") + " remote=" + req.remote_addr);
   Connection *conn = c.get();
   conns_.emplace(conn->id, std::move(c));
+  for (const PendingSub &p : conn->pending) {
+    pending_[p.name].push_back(conn);
+    pending_subs_++;
+  }
   bool needs_paging = false;
   for (size_t k = 0; k < conn->subs.size(); ++k) {
     Sub &s = conn->subs[k];
@@ -255,6 +300,8 @@ void Engine::closed(uint64_t conn_id) {
                             subscriber_conns_.end());
   }
   paging_.erase(std::remove(paging_.begin(), paging_.end(), c), paging_.end());
+  for (const PendingSub &p : c->pending)
+    unpend(p.name, c);
   const double lived_ms = (double)(now_us_ - c->opened_us) / 1000.0;
   for (Sub &s : c->subs) {
     record_history(s.st->info.name, "disconnect", lived_ms, 0);
@@ -282,9 +329,11 @@ bool Engine::describe(uint64_t conn_id, std::string *streams, std::string *curso
     *streams += (streams->empty() ? "" : ",") + s.st->info.name;
     paging |= s.paging;
   }
+  for (const PendingSub &p : c.pending)
+    *streams += (streams->empty() ? "" : ",") + p.name;
   *cursor = conn_token(c);
   *subscriber = c.subscriber;
-  *state = paging ? "replaying" : "live";
+  *state = paging ? "replaying" : c.subs.empty() ? "waiting" : "live";
   return true;
 }
 
@@ -399,7 +448,11 @@ Stream *Engine::hook(Stream *st) {
   one.ids.push_back(id);
   load_streams(one);
   auto it = streams_.find(id);
-  return it == streams_.end() ? nullptr : it->second.get();
+  if (it == streams_.end()) {
+    full_ok_ = false; // a stream of the catalog is missing here until the next full load
+    return nullptr;
+  }
+  return it->second.get();
 }
 
 void Engine::record_history(const std::string &stream, const char *event, double ms,

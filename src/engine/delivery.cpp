@@ -55,6 +55,8 @@ bool Engine::room(const Connection &c, size_t bytes) const {
 
 std::string Engine::conn_token(const Connection &c) const {
   std::string out;
+  if (c.subs.empty() && !c.multi)
+    return "0"; // waiting for its stream: every row of it is still to come
   for (const Sub &s : c.subs) {
     if (!out.empty())
       out += ',';

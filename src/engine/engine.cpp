@@ -54,10 +54,16 @@ bool Engine::read_ok(bool ok) {
   return ok;
 }
 
-bool Engine::reload_catalog() { return load_streams(CatalogFilter()); }
+bool Engine::reload_catalog() {
+  if (!load_streams(CatalogFilter()))
+    return false;
+  full_ok_ = true;
+  return true;
+}
 
 bool Engine::load_streams(const CatalogFilter &which) {
   std::vector<StreamInfo> infos;
+  counters_.catalog_reads++;
   if (!read_ok(rows_.load_catalog(which, &infos)))
     return false;
   std::unordered_set<int64_t> present;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct Config {
   bool stats_enabled = false;
   bool default_retention = false; // streams without their own retention get the default one
   size_t max_token_bytes = cursor::kMaxTokenBytes; // per stream of a token
+  size_t max_pending_streams = 1024;  // distinct streams this process waits for at once
+  size_t negative_cache_size = 10000; // unknown names remembered (no catalog read when asked again)
 };
 
 // What bounds each stream's horizon, read from shared memory before the
@@ -68,6 +71,7 @@ struct Counters {
   uint64_t deferred = 0;      // frames that waited for room (lag) instead of being dropped
   uint64_t read_failures = 0; // row-source calls that failed (retried later)
   uint64_t gaps = 0;          // gap notices sent
+  uint64_t catalog_reads = 0; // catalog queries (load_catalog calls)
 };
 
 struct Stream;
@@ -94,6 +98,20 @@ public:
   // so that many streams do not make every miss a full reload.
   bool load_streams(const CatalogFilter &which);
   bool knows(int64_t stream_id) const;
+  // What the catalog counters say before a decision: a change of the version
+  // or of the births forgets the unknown names. `complete`: the last full
+  // load is of this version, so every public stream is known and an
+  // anonymous request for an unknown name is refused without a catalog read.
+  void catalog_state(uint64_t version, uint64_t births, bool complete);
+  // Subscriptions waiting for streams not born yet: looks their names up
+  // (one query) when a birth was announced; true when nothing is left to read.
+  bool pending_lookup_due() const { return pending_lookup_; }
+  bool load_pending();
+  // Turns waiting subscriptions whose stream is now known into live ones,
+  // from the stream's first row (hooking its queue if needed). True when a
+  // stream is loaded but not bounded yet: run a full round, then call again.
+  bool settle_pending();
+  size_t pending_count() const { return pending_subs_; }
   // The streams whose horizon bounds the next round needs (every stream when
   // `full`, else the ones with connections here, all at least every 100 ms).
   const std::vector<int64_t> &round_streams(bool full);
@@ -104,9 +122,11 @@ public:
   void round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds);
 
   // Decides an SSE request (reject, or open and start its replay). False
-  // (nothing decided) when a stream it names was just loaded and no round has
-  // bounded it yet: run a full round, then call again with `again` set.
-  bool subscribe(const Subscribe &req, bool again = false);
+  // (nothing decided) when it would open a stream and no full round ran since
+  // the last drain (`bounded` false), or a stream it names was just loaded and
+  // no round has bounded it yet: run a full round, then call again with
+  // `again` set. A refusal needs no round.
+  bool subscribe(const Subscribe &req, bool again = false, bool bounded = true);
   // The sink closed the connection: forget it.
   void closed(uint64_t conn_id);
   // Continues paged replays and lagging connections that have room; true while some remain.
@@ -139,6 +159,12 @@ public:
 private:
   friend struct Delivery;
   Stream *find_by_name(const std::string &name);
+  // find_by_name, else the catalog (one query), unless the name is known to
+  // be unknown; *failed when the catalog could not be read.
+  Stream *lookup(const std::string &name, bool *failed);
+  void forget_unknown();
+  void unpend(const std::string &name, Connection *c);
+  void start_pending(Stream &st);
   Stream *hook(Stream *st);
   void drop_stream(int64_t id, const char *reason);
   void dispatch(Stream &st, const Row &row);
@@ -194,6 +220,17 @@ private:
   uint64_t history_lost_ = 0;
   StreamDelta batch_;
   Counters counters_;
+  // Names the catalog did not have (bounded, oldest forgotten first).
+  std::unordered_set<std::string> unknown_;
+  std::deque<std::string> unknown_order_;
+  uint64_t cat_version_ = 0, cat_births_ = 0;
+  bool catalog_complete_ = false;
+  bool full_ok_ = false; // no stream of the last full load went missing since
+  // Waiting subscriptions by stream name (see Connection::pending).
+  std::map<std::string, std::vector<Connection *>> pending_;
+  size_t pending_subs_ = 0;
+  bool pending_lookup_ = false;
+  int64_t pending_retry_us_ = 0; // a hook or lookup failed: not again before this
 };
 
 } // namespace pgbs::engine

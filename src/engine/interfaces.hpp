@@ -42,7 +42,8 @@ struct StreamInfo {
 struct CatalogFilter {
   std::vector<int64_t> ids;
   std::string name;
-  bool all() const { return ids.empty() && name.empty(); }
+  std::vector<std::string> names; // streams awaited by pending subscriptions
+  bool all() const { return ids.empty() && name.empty() && names.empty(); }
 };
 
 // A subscriber's stored position of one stream.
@@ -145,6 +146,10 @@ public:
   virtual void retention_removed(void *stream, int64_t rows) = 0;
   virtual void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,
                           const std::string &detail) = 0;
+  // A subscription of this process waits (on) or no longer waits (off) for
+  // a stream that does not exist yet, so that its creator hooks the queue at
+  // once; false when `on` found no room (the subscription is refused).
+  virtual bool awaited(const std::string & /*name*/, bool /*on*/) { return true; }
 };
 
 } // namespace pgbs::engine

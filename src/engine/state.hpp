@@ -97,6 +97,14 @@ struct Sub {
   const cursor::StreamPosition &position() const { return synced ? st->pos : pos; }
 };
 
+// A stream a connection waits for (no such stream yet): from where it starts
+// once the stream is born (the cursor's position of it, else its first row).
+struct PendingSub {
+  std::string name;
+  bool has_pos = false;
+  cursor::StreamPosition pos;
+};
+
 // One SSE connection: the engine's side. The sink's side is reached through
 // `ref`, a handle valid until the engine releases it.
 struct Connection {
@@ -108,7 +116,8 @@ struct Connection {
   std::string ctx; // audience context (the JWT's ctx claim), "" if none
   int64_t opened_us = 0;
   std::vector<Sub> subs;
-  bool paging_listed = false; // on Engine::paging_
+  std::vector<PendingSub> pending; // streams not born yet (Engine::settle_pending)
+  bool paging_listed = false;      // on Engine::paging_
   bool overflow_noted = false;
   // Durable subscribers: the token of each data frame pushed, by push index
   // (1, 2, ...), oldest first; bounded: when it is full the oldest are

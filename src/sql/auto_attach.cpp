@@ -3,17 +3,37 @@
 // without attach().
 #include "core/names.hpp"
 #include "pgbus_stream.hpp"
+#include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 
 extern "C" {
 #include "postgres.h"
+#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_auto_attach_match);
 PG_FUNCTION_INFO_V1(pgbus_stream_stream_born);
+PG_FUNCTION_INFO_V1(pgbus_stream_stream_awaited);
 }
+
+namespace {
+
+// A stream was born in this transaction: at commit the workers hear of it
+// (stream_births), so that subscriptions waiting for it find it and the
+// workers forget the names they knew to be unknown.
+bool g_born = false;
+bool g_callback = false;
+
+void on_xact(XactEvent event, void *) {
+  if (event == XACT_EVENT_COMMIT && g_born)
+    pgbs::shmem::note_births();
+  if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+    g_born = false;
+}
+
+} // namespace
 
 // _auto_attach_match(queue): whether pgbus_stream.auto_attach captures a
 // PGMQ queue of this name. Nothing here allocates or throws.
@@ -31,5 +51,18 @@ extern "C" Datum pgbus_stream_auto_attach_match(PG_FUNCTION_ARGS) {
 // not make the workers reload.
 extern "C" Datum pgbus_stream_stream_born(PG_FUNCTION_ARGS) {
   pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
+  if (!g_callback) {
+    RegisterXactCallback(on_xact, nullptr);
+    g_callback = true;
+  }
+  g_born = true;
   PG_RETURN_VOID();
+}
+
+// _stream_awaited(name): whether a subscription waits for this stream (its
+// queue is then hooked in the transaction that creates it).
+extern "C" Datum pgbus_stream_stream_awaited(PG_FUNCTION_ARGS) {
+  text *name = PG_GETARG_TEXT_PP(0);
+  char *cname = text_to_cstring(name);
+  PG_RETURN_BOOL(pgbs::shmem::stream_awaited(MyDatabaseId, cname));
 }

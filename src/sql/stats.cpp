@@ -1,6 +1,7 @@
 // SQL-callable readers of the figures the workers keep in shared memory.
 // Plain PostgreSQL C API only (no C++ objects), so errors cannot skip a
 // destructor.
+#include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 
 extern "C" {
@@ -65,8 +66,9 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     if (pid == 0)
       continue;
     pgbs::shmem::WorkerStats *w = &s->worker_stats[i];
-    Datum values[9];
-    bool nulls[9] = {false};
+    // 0.1.0's workers() declares the first nine columns: only those are read.
+    Datum values[11];
+    bool nulls[11] = {false};
     values[0] = Int32GetDatum(i);
     values[1] = Int32GetDatum((int32)pid);
     values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&w->connections));
@@ -76,6 +78,10 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&w->events_read));
     values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&s->ring_overflows));
     values[8] = Int64GetDatum((int64)pg_atomic_read_u64(&w->held_back));
+    uint64 reads, pending;
+    pgbs::shmem::lookup_figures(i, &reads, &pending);
+    values[9] = Int64GetDatum((int64)reads);
+    values[10] = Int64GetDatum((int64)pending);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;

@@ -1,12 +1,15 @@
 // Hub: the engine wired to the ring, SPI, the HTTP layer and shared memory.
 #include "worker/hub.hpp"
 #include "pgbus_stream.hpp"
+#include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 
 #include <algorithm>
 #include <ctime>
 
 extern "C" {
+#include "miscadmin.h"
+#include "storage/latch.h"
 #include "utils/timestamp.h"
 }
 
@@ -22,6 +25,8 @@ engine::Config engine_config() {
   c.default_event = guc::default_event ? guc::default_event : "";
   c.stats_enabled = guc::stats_enabled;
   c.default_retention = guc::default_retention_s > 0;
+  c.max_pending_streams = (size_t)guc::max_pending_streams;
+  c.negative_cache_size = (size_t)guc::negative_cache_size;
   return c;
 }
 
@@ -137,12 +142,17 @@ void ShmemObserver::diagnostic(uint64_t conn_id, const char *event, const std::s
   shmem::record_diagnostic(worker_index_, conn_id, event, stream.c_str(), detail.c_str());
 }
 
+bool ShmemObserver::awaited(const std::string &name, bool on) {
+  return shmem::await_stream(dboid_, name.c_str(), worker_index_, on);
+}
+
 // ---- the hub -----------------------------------------------------------------
 
 Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
     : server_(server), dboid_(dboid), worker_index_(worker_index), sink_(server),
       obs_(dboid, worker_index), engine_(engine_config(), rows_, sink_, obs_), reader_(dboid) {
   shmem::clear_subscriber_bits(worker_index_); // left by a previous process in this slot
+  shmem::clear_awaited(worker_index_);
   reader_.start();
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
 }
@@ -158,10 +168,27 @@ void Hub::reload_catalog() {
   catalog_loaded_ = true;
 }
 
+// Read before any lookup that depends on it: a stream created after the
+// lookup's snapshot moves a counter after it (at its commit), so a name
+// remembered as unknown is forgotten at the next decision.
+void Hub::catalog_state() {
+  const uint64_t version = reader_.catalog_version();
+  engine_.catalog_state(version, shmem::stream_births(),
+                        catalog_loaded_ && version == catalog_version_);
+}
+
+void Hub::publish_lookup_figures() {
+  shmem::publish_lookup_figures(worker_index_, engine_.counters().catalog_reads,
+                                engine_.pending_count());
+}
+
 void Hub::cycle(bool full) {
   if (!catalog_loaded_ || reader_.catalog_version() != catalog_version_)
     reload_catalog();
   engine_.set_now((int64_t)GetCurrentTimestamp());
+  catalog_state();
+  if (engine_.pending_lookup_due())
+    engine_.load_pending();
   const std::vector<int64_t> &ids = engine_.round_streams(full);
   entries_.clear();
   for (void *h : engine_.round_handles())
@@ -177,6 +204,14 @@ void Hub::cycle(bool full) {
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
   engine_.round(events_, complete, bounds_);
+  if (engine_.pending_count() > 0) {
+    const size_t waiting = engine_.pending_count();
+    // Another round at once: to bound a stream just loaded, and to drain
+    // what its producers committed before this worker watched it.
+    if (engine_.settle_pending() || engine_.pending_count() != waiting)
+      SetLatch(MyLatch);
+  }
+  publish_lookup_figures();
 }
 
 void Hub::subscribe(const http::Request &req) {
@@ -193,10 +228,13 @@ void Hub::subscribe(const http::Request &req) {
   s.subscriber = req.subscriber;
   s.remote_addr = req.remote_addr;
   engine_.set_now((int64_t)GetCurrentTimestamp());
-  if (!engine_.subscribe(s)) {
-    cycle(true); // a stream just loaded: bound it first
+  catalog_state();
+  if (!engine_.subscribe(s, false, batch_bounded_)) {
+    cycle(true); // every stream up to date (and a stream just loaded bounded) first
+    batch_bounded_ = true;
     engine_.subscribe(s, true);
   }
+  publish_lookup_figures();
 }
 
 void Hub::prune_history() {

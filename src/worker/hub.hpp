@@ -54,6 +54,7 @@ public:
   void retention_removed(void *stream, int64_t rows) override;
   void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,
                   const std::string &detail) override;
+  bool awaited(const std::string &name, bool on) override;
 
 private:
   uint32_t dboid_;
@@ -75,6 +76,9 @@ public:
   // One wake-up: horizon bounds, ring drain, dispatch, horizon advance.
   // full: every stream's horizon (subscribing needs a full one first).
   void cycle(bool full = false);
+  // A batch of requests begins: the first one that opens a stream runs a
+  // full round first.
+  void new_batch() { batch_bounded_ = false; }
   void subscribe(const http::Request &req);
   void closed(uint64_t conn_id) { engine_.closed(conn_id); }
   bool continue_replays() { return engine_.continue_paging(); }
@@ -105,6 +109,10 @@ private:
   RingReader reader_;
   uint64_t catalog_version_ = 0;
   bool catalog_loaded_ = false;
+  bool batch_bounded_ = false;
+  // The catalog counters as the engine last heard them (see catalog_state).
+  void catalog_state();
+  void publish_lookup_figures();
   std::vector<shmem::StreamEntry *> entries_; // for the round's streams, in order
   engine::HorizonBounds bounds_;
   std::vector<ring::Event> events_;

@@ -63,6 +63,12 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
     } else if (!which.name.empty()) {
       where = " AND s.name = $1";
       args.push_back(pg::Arg::txt(which.name));
+    } else if (!which.names.empty()) {
+      std::string list = "{";
+      for (size_t i = 0; i < which.names.size(); i++)
+        list += (i ? ",\"" : "\"") + sse::json_escape(which.names[i]) + "\"";
+      where = " AND s.name = ANY($1::text[])";
+      args.push_back(pg::Arg::txt(list + "}"));
     } else if (gem_columns) {
       // A private auto-attached queue nobody subscribed to yet has no
       // capture triggers: nothing of it reaches the ring, an anonymous

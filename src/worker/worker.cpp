@@ -435,14 +435,9 @@ int run() {
         // Producers wake this worker for a newly watched stream from now on;
         // one more round drains what they committed before they could know.
         pg::call([] { SetLatch(MyLatch); });
-        try {
-          hub.cycle(true); // bring every stream up to date before replays start
-        } catch (const pg::Error &e) {
-          // Taken requests are answered now, not left to their deadline.
-          for (const http::Request &r : pending)
-            server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
-          throw;
-        }
+        // Every stream is brought up to date (one full round) before the
+        // first subscription of the batch that opens; refusals need none.
+        hub.new_batch();
         for (const http::Request &r : pending) {
           try {
             hub.subscribe(r);

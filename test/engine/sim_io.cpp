@@ -21,6 +21,9 @@ bool Source::load_catalog(const engine::CatalogFilter &which,
   for (const SimStream &s : w_.streams) {
     if (!which.name.empty() && which.name != s.name)
       continue;
+    if (!which.names.empty() &&
+        std::find(which.names.begin(), which.names.end(), s.name) == which.names.end())
+      continue;
     if (!which.ids.empty() &&
         std::find(which.ids.begin(), which.ids.end(), s.id) == which.ids.end())
       continue;
