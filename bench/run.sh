@@ -29,6 +29,8 @@ SUBS_PER_STREAM=10
 STREAMS_RATE=1000
 PGBENCH_TIME=""
 PGBENCH_CLIENTS=1,8
+PRODUCER_COMMIT=off,on  # synchronous_commit of the producer runs
+PRODUCER_ROUNDS=""      # producer variants interleaved this many times
 IDLE_CONNS=""
 IDLE_HOLD=""
 WORKERS=2
@@ -49,6 +51,9 @@ PGBUS_BROADCAST_SQL='SELECT pgbus_stream.broadcast($1, $2)'
 PGBUS_CREATE_SQL="SELECT pgbus_stream.create_stream(%s, public => true)"     # %s -> quoted stream name
 HOOK_TABLE=pgbus_stream.q_bench_hook                          # attach() finds pgmq.q_<queue> or pgbus_stream.q_<queue>
 PGBUS_ATTACH_SQL="SELECT pgbus_stream.attach('bench_hook', public => true)"
+HOOK_STREAM=bench_hook                                        # watched during the producer runs
+IDLE_HOOK_TABLE=pgbus_stream.q_bench_idle                     # attached, nobody connected
+PGBUS_ATTACH_IDLE_SQL="SELECT pgbus_stream.attach('bench_idle', public => true)"
 PGBUS_CONF="pgbus_stream.max_connections = 20000"             # extra postgresql.conf lines, ';'-separated
 
 usage() {
@@ -68,8 +73,10 @@ Options (defaults in brackets; --quick shortens durations and sizes):
   --streams S            streams in the many-streams run [$STREAMS]
   --subs-per-stream K    subscribers per stream [$SUBS_PER_STREAM]
   --streams-rate R       total msg/s over all streams [$STREAMS_RATE]
-  --pgbench-time T       seconds per pgbench run [15; quick 4]
+  --pgbench-time T       seconds per pgbench run [8; quick 4]
   --pgbench-clients L    [$PGBENCH_CLIENTS]
+  --producer-commit L    synchronous_commit values of the producer runs [$PRODUCER_COMMIT]
+  --producer-rounds N    producer variants interleaved N times, medians reported [3; quick 1]
   --idle-conns K         connections held in the idle run [10000; quick 2000]
   --idle-hold S          seconds they are held [5; quick 2]
   --workers N            pgbus_stream.workers [$WORKERS]
@@ -88,6 +95,9 @@ Options (defaults in brackets; --quick shortens durations and sizes):
   --pgbus-broadcast-sql Q  [$PGBUS_BROADCAST_SQL]
   --hook-table T         PGMQ-layout table created for the attach run [$HOOK_TABLE]
   --pgbus-attach-sql Q   [$PGBUS_ATTACH_SQL]
+  --hook-stream S        stream of --hook-table, watched by one live and one stalled client [$HOOK_STREAM]
+  --idle-hook-table T    second attached table, nobody connected [$IDLE_HOOK_TABLE]
+  --pgbus-attach-idle-sql Q  [$PGBUS_ATTACH_IDLE_SQL]
   --pgbus-conf 'k=v;..'  extra postgresql.conf lines for pgbus runs ['$PGBUS_CONF']
 EOF
 }
@@ -108,6 +118,8 @@ while [ $# -gt 0 ]; do
         --streams-rate) STREAMS_RATE=$2; shift 2 ;;
         --pgbench-time) PGBENCH_TIME=$2; shift 2 ;;
         --pgbench-clients) PGBENCH_CLIENTS=$2; shift 2 ;;
+        --producer-commit) PRODUCER_COMMIT=$2; shift 2 ;;
+        --producer-rounds) PRODUCER_ROUNDS=$2; shift 2 ;;
         --idle-conns) IDLE_CONNS=$2; shift 2 ;;
         --idle-hold) IDLE_HOLD=$2; shift 2 ;;
         --workers) WORKERS=$2; shift 2 ;;
@@ -126,6 +138,9 @@ while [ $# -gt 0 ]; do
         --pgbus-broadcast-sql) PGBUS_BROADCAST_SQL=$2; shift 2 ;;
         --pgbus-attach-sql) PGBUS_ATTACH_SQL=$2; shift 2 ;;
         --hook-table) HOOK_TABLE=$2; shift 2 ;;
+        --hook-stream) HOOK_STREAM=$2; shift 2 ;;
+        --idle-hook-table) IDLE_HOOK_TABLE=$2; shift 2 ;;
+        --pgbus-attach-idle-sql) PGBUS_ATTACH_IDLE_SQL=$2; shift 2 ;;
         --pgbus-conf) PGBUS_CONF=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -135,10 +150,10 @@ done
 PAUSE=1   # seconds between runs
 if [ "$QUICK" = 1 ]; then
     PAUSE=0.3
-    : "${DURATION:=3}" "${WARMUP:=0.5}" "${FANOUT_NS:=100,1000}" "${PGBENCH_TIME:=4}"
+    : "${DURATION:=3}" "${WARMUP:=0.5}" "${FANOUT_NS:=100,1000}" "${PGBENCH_TIME:=4}" "${PRODUCER_ROUNDS:=1}"
     : "${IDLE_CONNS:=2000}" "${IDLE_HOLD:=2}" "${RAMP_TIMEOUT:=5}"
 else
-    : "${DURATION:=8}" "${WARMUP:=1}" "${FANOUT_NS:=100,1000,10000}" "${PGBENCH_TIME:=15}"
+    : "${DURATION:=8}" "${WARMUP:=1}" "${FANOUT_NS:=100,1000,10000}" "${PGBENCH_TIME:=8}" "${PRODUCER_ROUNDS:=3}"
     : "${IDLE_CONNS:=10000}" "${IDLE_HOLD:=5}" "${RAMP_TIMEOUT:=30}"
 fi
 
@@ -738,24 +753,54 @@ setup_producer_tables() {
         -c "CREATE TRIGGER q_notify_insert AFTER INSERT ON q_notify FOR EACH ROW EXECUTE FUNCTION bench_notify_insert();" \
         >/dev/null
     if need_pgbus; then
-        psql_q -c "$(ddl "$HOOK_TABLE")" >/dev/null
+        psql_q -c "$(ddl "$HOOK_TABLE")" -c "$(ddl "$IDLE_HOOK_TABLE")" >/dev/null
         local err
         err=$(psql_q -c "$PGBUS_ATTACH_SQL" 2>&1 >/dev/null) || die "attaching $HOOK_TABLE failed ($PGBUS_ATTACH_SQL): $err"
+        err=$(psql_q -c "$PGBUS_ATTACH_IDLE_SQL" 2>&1 >/dev/null) || die "attaching $IDLE_HOOK_TABLE failed ($PGBUS_ATTACH_IDLE_SQL): $err"
     fi
 }
 
+# One live and one stalled subscriber on the watched hook stream for the
+# whole producer scenario (bounded by its expected length plus a margin).
+PROD_SUB_PIDS=()
+start_producer_subscribers() {
+    local secs=$1 kind pid args ev_args=()
+    [ -n "$PGBUS_READY_EVENT" ] && ev_args=(--ready-event "$PGBUS_READY_EVENT")
+    for kind in live stalled; do
+        args=()
+        [ $kind = stalled ] && args=(--stall --rcvbuf 4096)
+        rm -f "$TMP/producer_$kind.ready"
+        "$SSE_LOAD" --host 127.0.0.1 --port "$PGBUS_PORT" --path "/streams/$HOOK_STREAM" --conns 1 \
+            --warmup 0 --duration "$secs" --ramp-timeout "$RAMP_TIMEOUT" --ready-file "$TMP/producer_$kind.ready" \
+            --label "producer_$kind" "${ev_args[@]}" "${args[@]}" \
+            >"$RAW/producer_subscriber_$kind.json" 2>"$LOGS/producer_subscriber_$kind.log" 9>&- &
+        pid=$!
+        PROD_SUB_PIDS+=("$pid")
+        BG_PIDS+=("$pid")
+        wait_ready "$TMP/producer_$kind.ready" "$pid" || die "the $kind subscriber of $HOOK_STREAM did not connect"
+    done
+    log "producer: one live and one stalled subscriber on /streams/$HOOK_STREAM"
+}
+stop_producer_subscribers() {
+    local p
+    for p in "${PROD_SUB_PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; bg_forget "$p"; done
+    PROD_SUB_PIDS=()
+}
+
+# run_pgbench VARIANT TABLE CLIENTS COMMIT ROUND (synchronous_commit = COMMIT
+# in the pgbench sessions only)
 run_pgbench() {
-    local variant=$1 table=$2 clients=$3 name="producer_$1_c$3"
+    local variant=$1 table=$2 clients=$3 commit=$4 round=$5 name="producer_$1_c$3_sc$4_r$5"
     local script=$TMP/$name.sql
     cat > "$script" <<EOF
 INSERT INTO $table (message) VALUES ('{"html":"<turbo-stream action=\\"append\\" target=\\"messages\\"><template><p>hello</p></template></turbo-stream>"}');
 EOF
     psql_q -c "CHECKPOINT" >/dev/null
-    log "$name: pgbench -c $clients -T $PGBENCH_TIME into $table"
+    log "$name: pgbench -c $clients -T $PGBENCH_TIME into $table, synchronous_commit=$commit"
     local t0 t1 out rc=0
     t0=$(pg_ticks)
-    out=$("$PGBIN/pgbench" -n -r -M prepared -c "$clients" -j "$clients" -T "$PGBENCH_TIME" -f "$script" \
-        -h "$PGSOCK" -p "$PGPORT" -U postgres postgres 2>&1) || rc=$?
+    out=$(PGOPTIONS="-c synchronous_commit=$commit" "$PGBIN/pgbench" -n -r -M prepared -c "$clients" -j "$clients" \
+        -T "$PGBENCH_TIME" -f "$script" -h "$PGSOCK" -p "$PGPORT" -U postgres postgres 2>&1) || rc=$?
     t1=$(pg_ticks)
     printf '%s\n' "$out" > "$RAW/$name.pgbench.txt"
     local tps lat status=ok
@@ -766,8 +811,8 @@ EOF
         log "$name: FAILED: $(printf '%s\n' "$out" | tail -3 | tr '\n' ' ')"
     fi
     write_meta "$name" system="$variant" scenario=producer status="$status" variant="$variant" table="$table" \
-        clients="$clients" duration_s="$PGBENCH_TIME" tps="${tps:-0}" latency_avg_ms="${lat:-0}" \
-        server_cpu_s="$(sec $((t1 - t0)))"
+        clients="$clients" synchronous_commit="$commit" round="$round" duration_s="$PGBENCH_TIME" \
+        tps="${tps:-0}" latency_avg_ms="${lat:-0}" server_cpu_s="$(sec $((t1 - t0)))"
     log "$name: ${tps:-?} tps, avg latency ${lat:-?} ms"
 }
 
@@ -826,11 +871,32 @@ if has "$SCENARIOS" slow; then
 fi
 if has "$SCENARIOS" producer; then
     setup_producer_tables
-    for c in "${C_LIST[@]}"; do
-        run_pgbench plain q_plain "$c"
-        if need_pgbus; then run_pgbench pgbus_hook "$HOOK_TABLE" "$c"; fi
-        run_pgbench notify_trigger q_notify "$c"
-    done
+    IFS=',' read -r -a SC_LIST <<< "$PRODUCER_COMMIT"
+    prod_variants=(plain)
+    if need_pgbus; then prod_variants+=(pgbus_unwatched pgbus_watched); fi
+    prod_variants+=(notify_trigger)
+    prod_runs=$(( ${#C_LIST[@]} * ${#SC_LIST[@]} * ${#prod_variants[@]} * PRODUCER_ROUNDS ))
+    if need_pgbus; then start_producer_subscribers $(( prod_runs * (PGBENCH_TIME + 5) + 60 )); fi
+    # variants interleaved round by round: a slow spell of the shared machine
+    # (or of its disk) hits every variant of that round
+    for c in "${C_LIST[@]}"; do for sc in "${SC_LIST[@]}"; do
+        for ((round = 1; round <= PRODUCER_ROUNDS; round++)); do
+            for v in "${prod_variants[@]}"; do
+                case $v in
+                    plain) t=q_plain ;;
+                    pgbus_unwatched) t=$IDLE_HOOK_TABLE ;;
+                    pgbus_watched) t=$HOOK_TABLE ;;
+                    notify_trigger) t=q_notify ;;
+                esac
+                run_pgbench "$v" "$t" "$c" "$sc" "$round"
+            done
+        done
+    done; done
+    if need_pgbus; then
+        # the subscribers were there all along: what the stream counted for them
+        log "producer: $HOOK_STREAM stats: $(psql_q -c "SELECT 'subscribers ' || subscribers || ', emitted ' || emitted || ', delivered ' || delivered FROM pgbus_stream.stats() WHERE stream = '$HOOK_STREAM'" 2>&1)"
+        stop_producer_subscribers
+    fi
 fi
 
 # ----------------------------------------------------------------- report ----

@@ -588,3 +588,12 @@ LANGUAGE sql STABLE AS $$
          THEN format('UNION ALL SELECT msg_id, message, enqueued_at FROM %I.%I', s.queue_schema, s.archive_table)
          ELSE '' END)
 $$;
+
+-- presence() lists who is connected to a stream over every worker, from the
+-- connection rows the workers publish: one row per identity (the
+-- credential's sub; NULL: the anonymous connections together) with its
+-- number of connections. A public stream's for any caller; a private one's
+-- for superusers, members of pgbus_stream_monitor and the extension's owner
+-- (checked inside: the catalog is not readable by PUBLIC).
+CREATE FUNCTION @extschema@.presence(stream text, OUT sub text, OUT connections bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_presence' LANGUAGE C;

@@ -412,6 +412,15 @@ CREATE FUNCTION @extschema@.connections(
   OUT dropped bigint, OUT state text, OUT subscriber text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C;
 
+-- presence() lists who is connected to a stream over every worker, from the
+-- connection rows the workers publish: one row per identity (the
+-- credential's sub; NULL: the anonymous connections together) with its
+-- number of connections. A public stream's for any caller; a private one's
+-- for superusers, members of pgbus_stream_monitor and the extension's owner
+-- (checked inside: the catalog is not readable by PUBLIC).
+CREATE FUNCTION @extschema@.presence(stream text, OUT sub text, OUT connections bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_presence' LANGUAGE C;
+
 -- stats() shows live per-stream figures from shared memory (summed over the
 -- workers); latency is commit -> queued on the connection over the last
 -- minute; dropped counts messages removed by retention; total_queued sums

@@ -138,16 +138,41 @@ const prod = rows.filter((r) => r.scenario === 'producer');
 if (prod.length) {
   md.push('## Producer cost (pgbench, one INSERT per transaction into a PGMQ-layout table)');
   md.push('');
-  md.push('| variant | clients | tps | avg latency ms | PostgreSQL CPU | vs plain INSERT | status |');
-  md.push('|---|---:|---:|---:|---:|---:|---|');
-  const order = { plain: 0, pgbus_hook: 1, notify_trigger: 2 };
-  prod.sort((a, b) => (a.clients - b.clients) || ((order[a.variant] ?? 9) - (order[b.variant] ?? 9)));
-  const VAR = { plain: 'plain INSERT', pgbus_hook: 'INSERT, table attached to pgbus_stream', notify_trigger: 'INSERT + row trigger pg_notify' };
+  md.push('Variants interleaved round by round; tps is the median over rounds [min–max], "vs plain INSERT" the median of the per-round ratios.');
+  md.push('');
+  md.push('| variant | clients | synchronous_commit | rounds | tps [range] | avg latency ms | PostgreSQL CPU | vs plain INSERT [range] | status |');
+  md.push('|---|---:|---|---:|---:|---:|---:|---:|---|');
+  const order = { plain: 0, pgbus_unwatched: 1, pgbus_watched: 2, pgbus_hook: 2, notify_trigger: 3 };
+  const VAR = {
+    plain: 'plain INSERT',
+    pgbus_unwatched: 'INSERT, attached, nobody connected',
+    pgbus_watched: 'INSERT, attached, 1 live + 1 stalled subscriber',
+    pgbus_hook: 'INSERT, table attached to pgbus_stream',
+    notify_trigger: 'INSERT + row trigger pg_notify',
+  };
+  const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n ? (n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) : undefined; };
+  const groups = new Map();
   for (const r of prod) {
-    const base = prod.find((x) => x.variant === 'plain' && x.clients === r.clients);
-    const rel = base && base.tps ? fmt((100 * r.tps) / base.tps, 0) + '%' : '–';
-    md.push(`| ${VAR[r.variant] || r.variant} | ${r.clients} | ${fmt(r.tps)} | ${fmt(r.latency_avg_ms, 3)} | ` +
-      `${pct(r.server_cpu_s, r.duration_s)} | ${rel} | ${r.status} |`);
+    const k = `${r.clients}|${r.synchronous_commit || 'on'}|${r.variant}`;
+    if (!groups.has(k)) groups.set(k, []);
+    groups.get(k).push(r);
+  }
+  const keys = [...groups.keys()].sort((a, b) => {
+    const [ca, sa, va] = a.split('|'), [cb, sb, vb] = b.split('|');
+    return (ca - cb) || sa.localeCompare(sb) || ((order[va] ?? 9) - (order[vb] ?? 9));
+  });
+  for (const k of keys) {
+    const g = groups.get(k);
+    const [clients, sc, variant] = k.split('|');
+    const base = groups.get(`${clients}|${sc}|plain`) || [];
+    const tps = g.map((r) => r.tps);
+    const ratios = g.map((r) => { const b = base.find((x) => (x.round ?? 1) === (r.round ?? 1)); return b && b.tps ? (100 * r.tps) / b.tps : undefined; })
+      .filter((x) => x !== undefined);
+    const rel = ratios.length ? `${fmt(median(ratios), 0)}% [${fmt(Math.min(...ratios), 0)}–${fmt(Math.max(...ratios), 0)}]` : '–';
+    const cpu = median(g.map((r) => r.server_cpu_s));
+    const st = g.every((r) => r.status === 'ok') ? 'ok' : g.map((r) => r.status).filter((s) => s !== 'ok').join(',');
+    md.push(`| ${VAR[variant] || variant} | ${clients} | ${sc} | ${g.length} | ${fmt(median(tps))} [${fmt(Math.min(...tps))}–${fmt(Math.max(...tps))}] | ` +
+      `${fmt(median(g.map((r) => r.latency_avg_ms)), 3)} | ${pct(cpu, g[0].duration_s)} | ${rel} | ${st} |`);
   }
   md.push('');
 }
@@ -159,7 +184,7 @@ md.push('- deliveries/s: stamped events received by all subscribers in the measu
 md.push('- Loss, summed over connections: per connection and publisher, `seq` must go 1, 2, 3, … up to the last one the publisher committed. "lost (gaps)": seqs skipped while later ones arrived. "not delivered at end": seqs after the last one received, 3 s after the publisher stopped (lost, or still queued in a lagging server); `?` = the publisher\'s final counts never reached the client. dups: a seq at or below one already seen.');
 md.push('- server CPU: 100% = one core, over the publish + drain time. pgbus_stream and the relay include every PostgreSQL process (the publisher\'s backend too; the relay adds node); nchan counts nginx master + worker.');
 md.push('- server memory: pgbus_stream worker processes; the nginx worker; the node process. PSS splits shared pages (shared_buffers, nchan shm) among their users.');
-md.push('- Producer cost: the NOTIFY trigger has no listener attached; pgbus_stream runs with no subscriber connected.');
+md.push('- Producer cost: the NOTIFY trigger has no listener attached; the watched pgbus_stream table has one live subscriber and one that stopped reading (4 kB receive buffer) connected for the whole scenario, the unwatched one none. synchronous_commit is set for the pgbench sessions only.');
 md.push('');
 fs.writeFileSync(path.join(dir, 'results.md'), md.join('\n'));
 

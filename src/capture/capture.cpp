@@ -263,7 +263,8 @@ void reset_tx() {
 // wrote to, and any worker that has fallen a quarter of the ring behind (so
 // that it is never lapped for want of a wake-up); every worker when the
 // catalog changed or events had to bypass the ring. A worker without
-// subscribers is thus not woken on every commit.
+// subscribers is thus not woken on every commit, nor one that reads the ring
+// on its timer (worker_polling): it reads this commit within a millisecond.
 void wake_workers(bool all) {
   shmem::Shared *s = shmem::shared();
   uint32 mask = 0;
@@ -276,7 +277,7 @@ void wake_workers(bool all) {
     Latch *l = s->worker_latch[i];
     if (l == nullptr)
       continue;
-    if (all || (mask & (1u << i)) ||
+    if (all || ((mask & (1u << i)) && pg_atomic_read_u32(&s->worker_polling[i]) == 0) ||
         head - pg_atomic_read_u64(&s->worker_ring_pos[i]) > s->ring_capacity / 4)
       SetLatch(l);
   }

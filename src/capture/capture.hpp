@@ -14,4 +14,9 @@ void note_catalog_change();
 // table relid; the catalog is the one of the schema of function fn (Oids;
 // stream_check.cpp).
 void check_stream_table(int64_t stream_id, unsigned int relid, unsigned int fn);
+// Finds a stream in the catalog of schema nsp by its name or by the pgbus
+// gem's logical name, whatever the caller may read: its id, queue table and
+// (if is_public is given) whether it is public. False when there is none.
+bool find_stream(unsigned int nsp, const char *name, int64_t *id, char **schema, char **table,
+                 bool *is_public);
 } // namespace pgbs::capture

@@ -61,14 +61,16 @@ Oid index_on(Relation rel, int attnum) {
 // or by name: its id and queue table. Read with a plain index scan under the
 // active snapshot: the caller may have no right to read the catalog, and a
 // stream created earlier in the same transaction must be seen.
-bool catalog_row(Oid nsp, int64 id, const char *name, int64 *id_out, char **schema, char **table) {
+bool catalog_row(Oid nsp, int64 id, const char *name, int64 *id_out, char **schema, char **table,
+                 bool *is_public = nullptr) {
   Oid catalog = get_relname_relid("streams", nsp);
   if (!OidIsValid(catalog))
     return false;
   Relation rel = table_open(catalog, AccessShareLock);
   TupleDesc desc = RelationGetDescr(rel);
   const int id_att = column(desc, "id"), name_att = column(desc, "name"),
-            schema_att = column(desc, "queue_schema"), table_att = column(desc, "queue_table");
+            schema_att = column(desc, "queue_schema"), table_att = column(desc, "queue_table"),
+            public_att = column(desc, "public");
   const int key_att = name ? name_att : id_att;
   Oid index = key_att > 0 ? index_on(rel, key_att) : InvalidOid;
   bool ok = false;
@@ -94,6 +96,11 @@ bool catalog_row(Oid nsp, int64 id, const char *name, int64 *id_out, char **sche
         *table = TextDatumGetCString(qt);
         ok = true;
       }
+      if (ok && is_public) {
+        bool n3 = true;
+        Datum pub = public_att > 0 ? heap_getattr(tup, public_att, desc, &n3) : (Datum)0;
+        *is_public = !n3 && DatumGetBool(pub);
+      }
     }
     systable_endscan(scan);
   }
@@ -113,6 +120,35 @@ bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
 }
 
 } // namespace
+
+// A stream by its name, else by the pgbus gem's logical name
+// ("ai_chat_3a4f:messages"): the stream auto_attach made of its queue, named
+// after the queue without the prefix (or after the whole queue when that
+// name was taken).
+bool find_stream(unsigned int nsp, const char *name, int64_t *id, char **schema, char **table,
+                 bool *is_public) {
+  int64 found_id = 0;
+  bool found = catalog_row(nsp, 0, name, &found_id, schema, table, is_public);
+  if (!found) {
+    char short_name[128] = "", queue_name[128] = "";
+    pgbs::pg::entry([&]() -> Datum {
+      pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
+      const std::string q = pgbs::names::queue_name(name, &err);
+      if (err == pgbs::names::QueueNameError::None && q.size() < sizeof(queue_name)) {
+        strlcpy(queue_name, q.c_str(), sizeof(queue_name));
+        strlcpy(short_name, pgbs::auth::gem_stream_name(name).c_str(), sizeof(short_name));
+      }
+      return (Datum)0;
+    });
+    for (const char *candidate : {(const char *)short_name, (const char *)queue_name})
+      if (!found && candidate[0] != '\0' &&
+          catalog_row(nsp, 0, candidate, &found_id, schema, table, is_public))
+        found = strcmp(*schema, "pgmq") == 0 && strncmp(*table, "q_", 2) == 0 &&
+                strcmp(*table + 2, queue_name) == 0;
+  }
+  *id = found_id;
+  return found;
+}
 
 // Refuses a capture trigger (or an ephemeral publish) whose stream id is not
 // the one the catalog records for its table: nobody can feed another stream
@@ -151,27 +187,7 @@ extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
   int64 id;
   char *schema, *table;
   Oid queue = InvalidOid;
-  bool found = pgbs::capture::catalog_row(ext, 0, name, &id, &schema, &table);
-  if (!found) {
-    // A logical name of the pgbus gem ("ai_chat_3a4f:messages"): the stream
-    // auto_attach made of its queue, named after the queue without the prefix
-    // (or after the whole queue when that name was taken).
-    char short_name[128] = "", queue_name[128] = "";
-    pgbs::pg::entry([&]() -> Datum {
-      pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
-      const std::string q = pgbs::names::queue_name(name, &err);
-      if (err == pgbs::names::QueueNameError::None && q.size() < sizeof(queue_name)) {
-        strlcpy(queue_name, q.c_str(), sizeof(queue_name));
-        strlcpy(short_name, pgbs::auth::gem_stream_name(name).c_str(), sizeof(short_name));
-      }
-      return (Datum)0;
-    });
-    for (const char *candidate : {(const char *)short_name, (const char *)queue_name})
-      if (!found && candidate[0] != '\0' &&
-          pgbs::capture::catalog_row(ext, 0, candidate, &id, &schema, &table))
-        found = strcmp(schema, "pgmq") == 0 && strncmp(table, "q_", 2) == 0 &&
-                strcmp(table + 2, queue_name) == 0;
-  }
+  bool found = pgbs::capture::find_stream(ext, name, &id, &schema, &table, nullptr);
   if (found) {
     Oid nsp = get_namespace_oid(schema, true);
     if (OidIsValid(nsp))

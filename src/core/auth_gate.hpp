@@ -12,6 +12,8 @@
 //  * Without a valid credential an unknown stream is refused like a private
 //    one (401), and with one that does not cover it like a covered private one
 //    is not (403): a refusal never tells whether a stream exists.
+//  * ?presence=1 (who else is connected) needs a credential that covers the
+//    stream, public or not: a public stream's readers are anonymous.
 //  * ?subscriber=<id> must be a valid id; on a private stream it needs a
 //    credential, and a credential with a sub must name that very id.
 #pragma once
@@ -65,6 +67,11 @@ public:
   // 0 when id may open the stream `name`; else 401/403/404 with a reason.
   static int authorize(const Identity &id, std::string_view name, bool known, bool is_public,
                        std::string *reason);
+  // 0 when id may receive the presence (who else is connected) of the
+  // stream `name`: a credential that covers it, also when it is public.
+  static int authorize_presence(const Identity &id, std::string_view name, std::string *reason) {
+    return authorize(id, name, true, false, reason);
+  }
   // 0 when ?subscriber=<subscriber> (non-empty) may be used; else 400/401/403.
   static int authorize_subscriber(const Identity &id, std::string_view subscriber, bool any_private,
                                   std::string *reason);

@@ -84,6 +84,8 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   c->multi = wanted.size() > 1;
   c->subscriber = req.subscriber;
   c->ctx = who.ctx;
+  c->sub = who.sub;
+  c->presence = req.presence;
   bool any_private = false;
   for (const std::string &name : wanted) {
     Stream *st = find_by_name(name);
@@ -112,6 +114,9 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     }
     if (status)
       return reject(status, why + "\n");
+    if (req.presence)
+      if (int refused = auth::Gate::authorize_presence(who, name, &why))
+        return reject(refused, "presence: " + why + "\n");
     // Hooked only for an authorised subscriber: no DDL on an anonymous request.
     if (!st->info.hooked && (st = hook(st)) == nullptr)
       return reject(503, "stream unavailable: cannot hook its queue, retry\n");
@@ -335,6 +340,29 @@ bool Engine::describe(uint64_t conn_id, std::string *streams, std::string *curso
   *subscriber = c.subscriber;
   *state = paging ? "replaying" : c.subs.empty() ? "waiting" : "live";
   return true;
+}
+
+bool Engine::presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
+                         std::optional<std::string> *sub, bool *wants) const {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end())
+    return false;
+  const Connection &c = *it->second;
+  streams->clear();
+  for (const Sub &s : c.subs)
+    streams->emplace_back(s.st->info.id, s.st->info.name);
+  *sub = c.sub;
+  *wants = c.presence;
+  return true;
+}
+
+bool Engine::push_control(uint64_t conn_id, const std::string &frame) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end() || !room(*it->second, frame.size()))
+    return false;
+  OutFrame f;
+  f.body = std::make_shared<const std::string>(frame);
+  return push(*it->second, std::move(f), false);
 }
 
 // Durable subscribers: the token of the last data frame that reached the socket.

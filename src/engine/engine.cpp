@@ -184,11 +184,16 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
       load_streams(unknown);
     // Read the rows without payload per stream in one call each, then
     // dispatch in commit order. A stream whose read failed gets those ids
-    // paged from the table later, once the read works again.
+    // paged from the table later, once the read works again. A stream with
+    // no connection here needs only the ids (dispatch keeps no row for it):
+    // its rows are not read, so a queue nobody watches costs no reads.
     std::map<int64_t, std::vector<int64_t>> wanted;
     for (const ring::Event &e : events)
-      if (!e.has_payload && streams_.count(e.stream_id))
-        wanted[e.stream_id].push_back(e.msg_id);
+      if (!e.has_payload) {
+        auto sit = streams_.find(e.stream_id);
+        if (sit != streams_.end() && !sit->second->conns.empty())
+          wanted[e.stream_id].push_back(e.msg_id);
+      }
     std::map<std::pair<int64_t, int64_t>, Row> found;
     std::unordered_set<int64_t> failed;
     std::vector<Row> rows;
@@ -224,6 +229,13 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
         row.exclude = e.exclude;
         if (row.ephemeral && !st.pos.covers(row.msg_id))
           retain_ephemeral(st, row);
+        dispatch(st, row);
+        continue;
+      }
+      if (st.conns.empty()) {
+        Row row;
+        row.msg_id = e.msg_id;
+        row.commit_us = e.commit_us;
         dispatch(st, row);
         continue;
       }

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -64,6 +65,7 @@ struct Subscribe {
   // bearer, the token cookie; and the Unix time to check them at.
   std::string signed_name, token, cookie_token;
   int64_t now_unix_s = 0;
+  bool presence = false; // ?presence=1: needs a credential that covers every stream
 };
 
 struct Counters {
@@ -145,6 +147,14 @@ public:
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
                 std::string *subscriber, std::string *state) const;
+  // What presence needs of a connection: its streams (catalog id, name),
+  // the credential's sub, whether it asked for presence events. False for
+  // unknown ids.
+  bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
+                   std::optional<std::string> *sub, bool *wants) const;
+  // Queues a control frame (no id line) when the connection's queue has
+  // room for it; false when it has none or the connection is unknown.
+  bool push_control(uint64_t conn_id, const std::string &frame);
   struct StreamView {
     std::string name;
     int64_t id, horizon;

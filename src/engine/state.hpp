@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -113,7 +114,9 @@ struct Connection {
   bool multi = false;
   bool live_only = false; // a drop policy applies to it (never to durable subscribers)
   std::string subscriber;
-  std::string ctx; // audience context (the JWT's ctx claim), "" if none
+  std::string ctx;                // audience context (the JWT's ctx claim), "" if none
+  std::optional<std::string> sub; // the credential's identity (presence); none: anonymous
+  bool presence = false;          // asked for pgbus:presence events (?presence=1)
   int64_t opened_us = 0;
   std::vector<Sub> subs;
   std::vector<PendingSub> pending; // streams not born yet (Engine::settle_pending)

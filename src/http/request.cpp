@@ -198,6 +198,12 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   }
   req->replay = first_value_or_empty(t, "replay");
   req->subscriber = first_value_or_empty(t, "subscriber");
+  const std::string presence = first_value_or_empty(t, "presence");
+  if (presence != "" && presence != "0" && presence != "1") {
+    *reason = "invalid presence: use 1 or 0";
+    return 400;
+  }
+  req->presence = presence == "1";
   if (req->token.empty())
     req->token = first_value_or_empty(t, "token");
   return 0;

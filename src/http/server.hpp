@@ -53,9 +53,9 @@ struct Config {
   // libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT).
   // A request's head must fit in about 45 % of it (measured with 0.9.75: 4 kB
   // serves a 1.5 kB cookie, 16 kB a 7 kB one, 32 kB a 16 kB one; beyond: 431),
-  // it bounds one coalesced write to an SSE socket (HTTP/1.1, docs/ARCHITECTURE.md "HTTP: direct writes"), and
-  // it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per
-  // idle stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
+  // it bounds one coalesced write to an SSE socket (HTTP/1.1, docs/ARCHITECTURE.md "HTTP: direct
+  // writes"), and it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per idle
+  // stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
   size_t connection_memory_limit = 16 * 1024;
   // Sockets the listener may hold in all, from the open-files limit left to
   // it (0 = unknown: derived from max_connections). A part of it is kept for
@@ -78,6 +78,7 @@ struct Request {
   bool has_since = false; // ?since= or ?last_event_id= present and not blank
   std::string since;
   std::string replay;       // ?replay= ("" if absent)
+  bool presence = false;    // ?presence=1: pgbus:presence events
   std::string subscriber;   // ?subscriber=
   std::string token;        // Authorization: Bearer, else ?token=
   std::string cookie_token; // the Config::token_cookie cookie

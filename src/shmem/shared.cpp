@@ -103,9 +103,12 @@ void shmem_startup() {
     pg_atomic_init_u64(&s->overrun_seq, 0);
     pg_atomic_init_u64(&s->catalog_version, 1);
     pg_atomic_init_u64(&s->ring_overflows, 0);
+    pg_atomic_init_u64(&s->presence_gen, 0);
+    pg_atomic_init_u32(&s->presence_workers, 0);
     for (int i = 0; i < kMaxWorkers; i++) {
       pg_atomic_init_u32(&s->worker_pid[i], 0);
       pg_atomic_init_u64(&s->worker_ring_pos[i], 0);
+      pg_atomic_init_u32(&s->worker_polling[i], 0);
       WorkerStats *ws = &s->worker_stats[i];
       pg_atomic_init_u64(&ws->connections, 0);
       pg_atomic_init_u64(&ws->delivered, 0);
@@ -283,6 +286,7 @@ void forget_stream(Oid dboid, int64 stream_id) {
 
 void clear_subscriber_bits(int w) {
   Shared *s = g_shared;
+  pg_atomic_write_u32(&s->worker_polling[w], 0); // a previous process may have left it set
   for (int i = 0; i < s->max_streams; i++) {
     pg_atomic_fetch_and_u32(&s->streams[i].subscriber_workers, ~(1u << w));
     pg_atomic_fetch_and_u32(&s->streams[i].worker_holds, ~(1u << w));
@@ -302,6 +306,17 @@ static void copy_field(char *dst, size_t cap, const char *src) {
   if (n)
     memcpy(dst, src, n);
   dst[n] = '\0';
+}
+
+void presence_changed(int w) {
+  Shared *s = shared();
+  pg_atomic_fetch_add_u64(&s->presence_gen, 1); // full barrier: after the rows, before the latches
+  const uint32 watchers = pg_atomic_read_u32(&s->presence_workers);
+  for (int i = 0; i < kMaxWorkers; i++) {
+    Latch *l = s->worker_latch[i];
+    if (i != w && (watchers & (1u << i)) != 0 && l != nullptr)
+      SetLatch(l);
+  }
 }
 
 void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream,

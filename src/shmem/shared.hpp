@@ -94,8 +94,11 @@ struct WorkerStats {
   pg_atomic_uint64 held_back;   // ids held back because the token would be too long
 };
 
-// A live connection as shown by connections(); written by its worker about
-// twice a second.
+// A live connection as shown by connections() and counted by presence();
+// written by its worker about twice a second, and at once when its set of
+// connections changed.
+constexpr int kConnStreams = 32;        // http::Config::max_streams_per_request
+constexpr int kIdentityBytes = 128 + 1; // auth::kMaxSubscriberIdBytes + NUL
 struct ConnSnapshot {
   uint64 conn_id;
   int64 connected_at_us; // Unix epoch microseconds
@@ -105,7 +108,19 @@ struct ConnSnapshot {
   char cursor[256];
   char subscriber[64];
   char state[16];
+  // presence(): the streams by catalog id and the credential's identity
+  // (the JWT's sub); has_identity false for anonymous connections.
+  int32 nstreams;
+  bool has_identity;
+  int64 stream_ids[kConnStreams];
+  char identity[kIdentityBytes];
 };
+inline bool conn_on_stream(const ConnSnapshot &c, int64 stream_id) {
+  for (int i = 0; i < c.nstreams; i++)
+    if (c.stream_ids[i] == stream_id)
+      return true;
+  return false;
+}
 struct WorkerConns {
   LWLock *lock;
   int count;
@@ -145,10 +160,19 @@ struct Shared {
   int nslots;
   Latch *worker_latch[kMaxWorkers];
   pg_atomic_uint64 worker_ring_pos[kMaxWorkers]; // how far each worker has read the ring
+  // Set while worker w reads the ring on a 1 ms timer (commits arrive faster
+  // than it could be woken for each): committing producers leave its latch
+  // alone then, unless it falls a quarter of the ring behind.
+  pg_atomic_uint32 worker_polling[kMaxWorkers];
   pg_atomic_uint32 worker_pid[kMaxWorkers];
   WorkerStats worker_stats[kMaxWorkers];
   WorkerConns worker_conns[kMaxWorkers];
   Diagnostics diagnostics;
+  // Presence: bumped after a worker's set of connections changed in shared
+  // memory (rows rewritten, or the worker gone); the workers whose bit is
+  // set in presence_workers have ?presence=1 connections and are woken.
+  pg_atomic_uint64 presence_gen;
+  pg_atomic_uint32 presence_workers;
   StreamEntry *streams; // max_streams entries; found through the index (shared.cpp)
   BackendSlot *slots;   // one per PGPROC
   // Bit i set while slot i may hold entries: set before a transaction's first
@@ -180,9 +204,13 @@ void raise_max_committed(Oid dboid, int64 stream_id, int64 id);
 // A stream id that is new in the catalog starts from nothing, whatever an
 // older incarnation of the extension left in shared memory under that id.
 void forget_stream(Oid dboid, int64 stream_id);
-// Worker start: drops worker w's holds and subscriber bits left by a
-// previous process in its slot.
+// Worker start: drops worker w's holds, subscriber bits and polling flag
+// left by a previous process in its slot.
 void clear_subscriber_bits(int w);
+
+// Announces a change of worker w's connection rows to the presence
+// watchers of the other workers (bumps presence_gen, sets their latches).
+void presence_changed(int w);
 
 // Raises entry->max_committed to at least id.
 void advance_max_committed(StreamEntry *e, int64 id);

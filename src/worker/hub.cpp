@@ -185,7 +185,8 @@ void Hub::publish_lookup_figures() {
 void Hub::cycle(bool full) {
   if (!catalog_loaded_ || reader_.catalog_version() != catalog_version_)
     reload_catalog();
-  engine_.set_now((int64_t)GetCurrentTimestamp());
+  const int64_t now_us = (int64_t)GetCurrentTimestamp();
+  engine_.set_now(now_us);
   catalog_state();
   if (engine_.pending_lookup_due())
     engine_.load_pending();
@@ -203,6 +204,7 @@ void Hub::cycle(bool full) {
   events_.clear();
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  ring_poll_ms_ = reader_.after_drain(worker_index_, events_.size(), now_us);
   engine_.round(events_, complete, bounds_);
   if (engine_.pending_count() > 0) {
     const size_t waiting = engine_.pending_count();
@@ -227,6 +229,7 @@ void Hub::subscribe(const http::Request &req) {
   s.replay = req.replay;
   s.subscriber = req.subscriber;
   s.remote_addr = req.remote_addr;
+  s.presence = req.presence;
   engine_.set_now((int64_t)GetCurrentTimestamp());
   catalog_state();
   if (!engine_.subscribe(s, false, batch_bounded_)) {
@@ -234,7 +237,40 @@ void Hub::subscribe(const http::Request &req) {
     batch_bounded_ = true;
     engine_.subscribe(s, true);
   }
+  std::vector<std::pair<int64_t, std::string>> streams;
+  std::optional<std::string> sub;
+  bool wants = false;
+  if (engine_.presence_of(req.conn_id, &streams, &sub, &wants)) {
+    membership_++;
+    if (wants)
+      presence_.add(req.conn_id, streams);
+  }
   publish_lookup_figures();
+}
+
+void Hub::presence_round() {
+  shmem::Shared *s = shmem::shared();
+  const uint32 bit = 1u << worker_index_;
+  if (presence_.empty()) {
+    if (presence_bit_)
+      pg_atomic_fetch_and_u32(&s->presence_workers, ~bit);
+    presence_bit_ = false;
+    return;
+  }
+  bool force = false;
+  if (!presence_bit_) {
+    pg_atomic_fetch_or_u32(&s->presence_workers, bit); // full barrier: before gen is read
+    presence_bit_ = true;
+    force = true;
+  }
+  const uint64 gen = pg_atomic_read_u64(&s->presence_gen);
+  if (!force && gen == presence_seen_ && !presence_.pending())
+    return;
+  presence_seen_ = gen;
+  count_presence(presence_.streams(), &presence_counts_, &presence_scratch_);
+  presence_.update(presence_counts_, [this](uint64_t conn_id, const std::string &frame) {
+    return engine_.push_control(conn_id, frame);
+  });
 }
 
 void Hub::prune_history() {

@@ -7,6 +7,7 @@
 #include "core/metrics.hpp"
 #include "engine/engine.hpp"
 #include "http/server.hpp"
+#include "worker/presence_rows.hpp"
 #include "worker/sql_source.hpp"
 #include "worker/ring_reader.hpp" // after the PostgreSQL-free headers
 
@@ -80,9 +81,28 @@ public:
   // full round first.
   void new_batch() { batch_bounded_ = false; }
   void subscribe(const http::Request &req);
-  void closed(uint64_t conn_id) { engine_.closed(conn_id); }
+  void closed(uint64_t conn_id) {
+    std::vector<std::pair<int64_t, std::string>> streams;
+    std::optional<std::string> sub;
+    if (presence_of(conn_id, &streams, &sub))
+      membership_++; // a subscription, not a refused request
+    presence_.remove(conn_id);
+    engine_.closed(conn_id);
+  }
+  // Subscriptions opened or closed so far: presence rows must be rewritten.
+  uint64_t membership() const { return membership_; }
+  bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
+                   std::optional<std::string> *sub) const {
+    bool wants;
+    return engine_.presence_of(conn_id, streams, sub, &wants);
+  }
+  // Presence events for this worker's ?presence=1 connections, when any
+  // worker's connections changed (presence_gen) or snapshots are owed.
+  void presence_round();
   bool continue_replays() { return engine_.continue_paging(); }
   bool replays_pending() const { return engine_.paging_pending(); }
+  // Longest wait before the next cycle (-1: until woken; RingReader::after_drain).
+  long ring_poll_ms() const { return ring_poll_ms_; }
   void track_written() { engine_.track_written(); }
   void flush_cursors() { engine_.flush_cursors(); }
   void apply_retention() { engine_.apply_retention(); }
@@ -107,6 +127,7 @@ private:
   SqlRowSource rows_;
   engine::Engine engine_;
   RingReader reader_;
+  long ring_poll_ms_ = -1;
   uint64_t catalog_version_ = 0;
   bool catalog_loaded_ = false;
   bool batch_bounded_ = false;
@@ -116,6 +137,12 @@ private:
   std::vector<shmem::StreamEntry *> entries_; // for the round's streams, in order
   engine::HorizonBounds bounds_;
   std::vector<ring::Event> events_;
+  engine::PresenceFeed presence_;
+  uint64_t membership_ = 0;
+  uint64_t presence_seen_ = 0;
+  bool presence_bit_ = false; // this worker's bit in shmem presence_workers
+  std::map<int64_t, engine::PresenceCounts> presence_counts_;
+  std::vector<PresenceRow> presence_scratch_;
 };
 
 } // namespace pgbs::worker

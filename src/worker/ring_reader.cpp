@@ -45,6 +45,32 @@ bool RingReader::drain(std::vector<ring::Event> *out) {
   return complete;
 }
 
+long RingReader::after_drain(int worker, size_t found, int64_t now_us) {
+  pg_atomic_uint32 *flag = &shmem::shared()->worker_polling[worker];
+  if (polling_) {
+    if (found > 0)
+      return 1;
+    polling_ = false;
+    quick_drains_ = 0;
+    last_found_us_ = -1;
+    pg_atomic_write_u32(flag, 0);
+    // Pairs with the producer's barrier between its ring write and its read
+    // of the flag: a producer that still saw the flag set wrote the ring
+    // before this, so one more drain (now) finds its commit.
+    pg_memory_barrier();
+    return 0;
+  }
+  if (found == 0)
+    return -1;
+  quick_drains_ = last_found_us_ >= 0 && now_us - last_found_us_ < 500 ? quick_drains_ + 1 : 0;
+  last_found_us_ = now_us;
+  if (quick_drains_ < 8)
+    return -1;
+  polling_ = true;
+  pg_atomic_write_u32(flag, 1); // a producer that misses it sets the latch: harmless
+  return 1;
+}
+
 void read_horizon_bounds(uint32_t dboid, int holder, const std::vector<int64_t> &stream_ids,
                          std::vector<shmem::StreamEntry *> *entries, engine::HorizonBounds *out) {
   shmem::Shared *s = shmem::shared();

@@ -21,6 +21,7 @@
 
 extern "C" {
 #include "postgres.h"
+#include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -64,6 +65,9 @@ void detach_latch(int, Datum) {
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
   wc->count = 0;
   LWLockRelease(wc->lock);
+  // Its connections are gone: the other workers' presence watchers see them leave.
+  pg_atomic_fetch_and_u32(&s->presence_workers, ~(1u << worker_index));
+  shmem::presence_changed(worker_index);
 }
 
 // Open files: the soft limit is raised to the hard one (a service started by
@@ -218,13 +222,19 @@ void copy_text(char *dst, size_t cap, const std::string &src) {
   dst[n] = '\0';
 }
 
-// Rewrites this worker's rows of connections() (called about twice a second).
-void publish_connections(const Hub &hub, const http::Server &server) {
+// Rewrites this worker's rows of connections() (called about twice a
+// second). Returns a digest of what presence reads in them (connections,
+// their streams and identities), so that a change the worker did not see
+// happen (a waiting subscription whose stream appeared) is announced too.
+uint64 publish_connections(const Hub &hub, const http::Server &server) {
   shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_index];
   std::vector<http::ConnectionInfo> infos = server.connections();
   std::vector<shmem::ConnSnapshot> rows;
   rows.reserve(infos.size());
   std::string streams, cursor, subscriber, state;
+  std::vector<std::pair<int64_t, std::string>> ids;
+  std::optional<std::string> sub;
+  uint64 digest = 0;
   for (const http::ConnectionInfo &ci : infos) {
     if ((int)rows.size() >= wc->capacity)
       break;
@@ -243,6 +253,18 @@ void publish_connections(const Hub &hub, const http::Server &server) {
     copy_text(r.cursor, sizeof(r.cursor), cursor);
     copy_text(r.subscriber, sizeof(r.subscriber), subscriber);
     copy_text(r.state, sizeof(r.state), state);
+    if (hub.presence_of(ci.conn_id, &ids, &sub)) {
+      for (const auto &[id, name] : ids)
+        if (r.nstreams < shmem::kConnStreams)
+          r.stream_ids[r.nstreams++] = id;
+      r.has_identity = sub.has_value();
+      if (sub)
+        copy_text(r.identity, sizeof(r.identity), *sub);
+    }
+    // Order-independent: a sum of per-row hashes.
+    digest +=
+        hash_bytes_extended((const unsigned char *)&r.nstreams,
+                            (int)(sizeof(r) - offsetof(shmem::ConnSnapshot, nstreams)), r.conn_id);
     rows.push_back(r);
   }
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
@@ -250,6 +272,7 @@ void publish_connections(const Hub &hub, const http::Server &server) {
     memcpy(wc->items, rows.data(), rows.size() * sizeof(shmem::ConnSnapshot));
   wc->count = (int)rows.size();
   LWLockRelease(wc->lock);
+  return digest;
 }
 
 bool database_ok = true; // the last round's reads worked (for /healthz)
@@ -355,6 +378,8 @@ int run() {
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
   size_t last_snapshot_count = 0;
+  uint64_t last_membership = 0;
+  uint64 last_presence_digest = 0;
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
   // First probe after one interval: at startup the extension may still be on its way.
@@ -381,6 +406,8 @@ int run() {
                           // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
+    if (const long poll = hub.ring_poll_ms(); poll >= 0 && (timeout < 0 || timeout > poll))
+      timeout = poll; // commits come too fast to be woken for each: read on a timer
     WaitEvent events[3];
     pg::call([&] {
       (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
@@ -472,12 +499,20 @@ int run() {
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      // Within 500 ms of reality, and at once when the set of connections changed.
-      if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count) {
-        publish_connections(hub, server);
+      // Within 500 ms of reality, and at once when the set of connections
+      // changed (then presence watchers on every worker are told).
+      const bool joined_or_left = hub.membership() != last_membership;
+      if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count ||
+          joined_or_left) {
+        const uint64 digest = publish_connections(hub, server);
         last_snapshot_ms = now_ms;
         last_snapshot_count = server.connection_count();
+        last_membership = hub.membership();
+        if (joined_or_left || digest != last_presence_digest)
+          shmem::presence_changed(worker_index);
+        last_presence_digest = digest;
       }
+      hub.presence_round();
       const size_t nconns = server.connection_count();
       peak_conns = std::max(peak_conns, nconns);
       trim_pending = peak_conns > 0 && (nconns == 0 || nconns < peak_conns - peak_conns / 10);

@@ -33,6 +33,11 @@ if [ ! -x "$CHROMIUM" ]; then
   say "installing chromium (Debian package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  [ $IS_ROOT = 1 ] || die "nginx missing; install Debian's nginx (apt-get install nginx)"
+  say "installing nginx (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+fi
 command -v node >/dev/null && command -v npm >/dev/null || {
   [ $IS_ROOT = 1 ] || die "node and npm are needed"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
@@ -79,6 +84,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The Rails app's secret_key_base of the signed-name vectors made by
+# ruby-activesupport (test/unit/fixtures): a page uses one of them.
+SKB=$(awk -F'\t' '$2 == "skb" { print $3; exit }' "$ROOT/test/unit/fixtures/signed_names.tsv")
+[ -n "$SKB" ] || die "no secret_key_base in test/unit/fixtures/signed_names.tsv"
 read -r PGPORT SSE_PORT PAGE_PORT OTHER_PORT < <(node "$HERE/lib/free-ports.js" 4)
 "${AS[@]}" "$PGBIN/initdb" -D "$DATA" -U pgbus --auth=trust -E UTF8 --no-sync >"$WORK/initdb.log" 2>&1 ||
   { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
@@ -93,6 +102,7 @@ pgbus_stream.listen_addresses = '127.0.0.1'
 pgbus_stream.cors_origins = 'http://127.0.0.1:$PAGE_PORT'
 pgbus_stream.heartbeat_interval = 1
 pgbus_stream.signing_secret = 'browser-signing-secret'
+pgbus_stream.secret_key_base = '$SKB'
 pgbus_stream.jwt_secret = 'browser-jwt-secret'
 pgbus_stream.token_cookie = 'pgbus_token'
 CONF
@@ -105,6 +115,7 @@ SELECT pgbus_stream.create_stream('contract', public => true);
 SELECT pgbus_stream.create_stream('reconnect', public => true);
 SELECT pgbus_stream.create_stream('auth_signed');
 SELECT pgbus_stream.create_stream('auth_cookie');
+SELECT pgbus_stream.create_stream('ai_chat_3a4f9c21b7d20e18_messages');
 SQL
 say "cluster $DATA (socket $WORK:$PGPORT), worker http://127.0.0.1:$SSE_PORT, pages http://127.0.0.1:$PAGE_PORT and http://localhost:$OTHER_PORT"
 

@@ -98,6 +98,25 @@ TEST(SseRequest, BlankIsAbsentAndSinceWins) {
   EXPECT_EQ(r.replay, "");
 }
 
+TEST(SseRequest, Presence) {
+  int st;
+  std::string reason;
+  EXPECT_FALSE(fill("/streams/a", &st).presence);
+  Request r = fill("/streams/a?presence=1", &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_TRUE(r.presence);
+  EXPECT_FALSE(fill("/streams/a?presence=0", &st).presence);
+  EXPECT_EQ(st, 0);
+  EXPECT_FALSE(fill("/streams/a?presence=", &st).presence) << "blank is absent";
+  EXPECT_EQ(st, 0);
+  for (const char *bad :
+       {"/streams/a?presence=yes", "/streams/a?presence=2", "/streams/a?presence=1x"}) {
+    fill(bad, &st, &reason);
+    EXPECT_EQ(st, 400) << bad;
+    EXPECT_NE(reason.find("invalid presence"), std::string::npos) << reason;
+  }
+}
+
 TEST(SseRequest, MultiStream) {
   int st;
   std::string reason;
