@@ -29,7 +29,7 @@ int heartbeat_interval = 15;
 int idle_timeout = 0;
 int max_lifetime = 0;
 int socket_send_buffer_kb = 128;
-int connection_memory_kb = 16;
+int connection_memory_kb = 32;
 int ring_size_kb = 8192;
 int max_streams = 1024;
 int inline_payload_max = 8192;
@@ -155,9 +155,9 @@ static void define_gucs() {
                           GUC_UNIT_KB, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "pgbus_stream.connection_memory",
-      "Per-connection HTTP buffer: a request's head must fit in about 45% of it; "
-      "it is most of an idle connection's memory.",
-      nullptr, &connection_memory_kb, 16, 4, 1024, PGC_POSTMASTER, GUC_UNIT_KB, nullptr, nullptr,
+      "Per-connection HTTP buffer while a request is read: its head must fit in "
+      "about 45% of it. Freed once a stream's socket is taken over.",
+      nullptr, &connection_memory_kb, 32, 4, 1024, PGC_POSTMASTER, GUC_UNIT_KB, nullptr, nullptr,
       nullptr);
   DefineCustomIntVariable("pgbus_stream.ring_size", "Size of the shared commit-event ring.",
                           nullptr, &ring_size_kb, 8192, 16, 1024 * 1024, PGC_POSTMASTER,

@@ -50,7 +50,8 @@ bool Engine::room(const Connection &c, size_t bytes) const {
   if (ev == 0)
     return true;
   const size_t by = sink_.queued_bytes(c.ref);
-  return ev < cfg_.queue_max_events && by + bytes <= cfg_.queue_max_bytes;
+  return ev < cfg_.queue_max_events && by + bytes <= cfg_.queue_max_bytes &&
+         !sink_.backed_up(c.ref);
 }
 
 std::string Engine::conn_token(const Connection &c) const {
@@ -316,7 +317,15 @@ bool Engine::page(Connection &c, size_t k) {
   return true;
 }
 
+bool Engine::paging_pending() const {
+  for (const Connection *c : paging_)
+    if (room(*c, 0))
+      return true;
+  return false;
+}
+
 bool Engine::continue_paging() {
+  bool movable = false;
   std::vector<Connection *> still;
   for (Connection *c : paging_) {
     bool pending = false;
@@ -343,11 +352,13 @@ bool Engine::continue_paging() {
       pending |= sub.paging;
     }
     c->paging_listed = pending;
-    if (pending)
+    if (pending) {
       still.push_back(c);
+      movable = movable || room(*c, 0);
+    }
   }
   paging_.swap(still);
-  return !paging_.empty();
+  return movable;
 }
 
 } // namespace pgbs::engine

@@ -131,9 +131,11 @@ public:
   bool subscribe(const Subscribe &req, bool again = false, bool bounded = true);
   // The sink closed the connection: forget it.
   void closed(uint64_t conn_id);
-  // Continues paged replays and lagging connections that have room; true while some remain.
+  // Continues paged replays and lagging connections that have room. True
+  // while some paging connection has room (it can move at the next call); one
+  // whose queue is full waits for its socket to drain, which needs no timer.
   bool continue_paging();
-  bool paging_pending() const { return !paging_.empty(); }
+  bool paging_pending() const;
 
   void track_written();   // every loop: what reached the sockets
   bool flush_cursors();   // every cursor_flush_interval

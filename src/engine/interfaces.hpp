@@ -110,6 +110,11 @@ public:
   virtual SinkRef open(uint64_t conn_id, std::string preamble, const std::string &start_id) = 0;
   virtual size_t queued_events(SinkRef ref) const = 0;
   virtual size_t queued_bytes(SinkRef ref) const = 0;
+  // The socket refused part of a write and the queue already holds what
+  // refills it once: more frames would only wait. A lagging connection then
+  // takes none (it pages them when the socket drains), so connections that
+  // cannot make progress cost nothing per event.
+  virtual bool backed_up(SinkRef) const { return false; }
   // Queues a frame; the queue's overflow policy applies (the engine checks
   // room first for frames that must not be dropped).
   virtual OutQueue::PushResult push(SinkRef ref, OutFrame frame) = 0;

@@ -130,6 +130,11 @@ void Server::Impl::log_cb(void *cls, const char *fmt, va_list ap) {
   try {
     char line[512];
     vsnprintf(line, sizeof(line), fmt, ap);
+    Impl *m = static_cast<Impl *>(cls);
+    if (m->detach_logs > 0 && strstr(line, "application error") != nullptr) {
+      --m->detach_logs; // an adoption's hand-over, not an error (direct.cpp)
+      return;
+    }
     std::string s(line);
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r'))
       s.pop_back();
@@ -377,10 +382,12 @@ MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {
 }
 
 // Copies as many queued frames as fit into MHD's buffer: one socket write per
-// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct writes"). An empty
-// queue suspends the connection (push() resumes it); returning 0 without
+// wake-up carries every frame queued since the last one (docs/ARCHITECTURE.md, "HTTP: direct
+// writes"). An empty queue suspends the connection (push() resumes it); returning 0 without
 // suspending would make MHD poll the reader in a busy loop.
 ssize_t Server::Impl::on_read(Conn *c, char *buf, size_t max) {
+  if (c->owned) // taken over (direct.cpp): MHD only has to let go of its side
+    return MHD_CONTENT_READER_END_WITH_ERROR;
   c->delivered = c->copied; // MHD asks for more only once the last chunk went out
   if (c->kill)
     return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -425,6 +432,13 @@ void Server::Impl::on_completed(MHD_Connection *, void **cls, MHD_RequestTermina
 // Forgets a request; an SSE connection's end is reported once, with the reason
 // set when the server ended it or the one derived from MHD's code.
 void Server::Impl::finish(Conn *c, MHD_RequestTerminationCode toe) {
+  if (c->owned) { // the server ends it (direct.cpp); MHD is done with it
+    c->mhd_attached = false;
+    c->mhd = nullptr;
+    if (c->finished && !c->held)
+      delete c;
+    return;
+  }
   const bool stream_done = c->registered && c->phase == Phase::Open;
   if (c->sock) {
     c->sock->current = nullptr;

@@ -30,9 +30,10 @@
 namespace pgbs::http {
 namespace {
 
-constexpr uint64_t kConnTag = 1ull << 63;  // outer epoll data: SSE socket vs daemon index
 constexpr int64_t kGracefulCloseMs = 5000; // a stream being ended gets this long to flush
 constexpr size_t kMaxLogLines = 100;
+
+} // namespace
 
 // Ends a TCP connection now, whatever MHD is doing with it: the fd stays
 // valid (MHD still owns and closes it) but every further read sees EOF and
@@ -45,8 +46,6 @@ void kill_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
   ::shutdown(fd, SHUT_RDWR);
 }
-
-} // namespace
 
 int64_t mono_ms() {
   timespec ts;
@@ -182,6 +181,7 @@ void Server::Impl::shutdown(int drain_ms) {
   // connection, so everything is resumed (and killed) and MHD runs once more.
   for (auto &[id, c] : conns)
     abort_conn(c, "shutdown");
+  reap_all();
   mhd_run_all();
   stop_daemons();
 }
@@ -191,17 +191,22 @@ void Server::Impl::shutdown(int drain_ms) {
 void Server::Impl::run() {
   if (!running)
     return;
+  const bool resumed = need_run; // by open()/reject()/push() since the last run
   need_run = false;
+  reap_all();
   drain_epoll();
   flush_dirty();
-  mhd_run_all();
+  if (resumed || need_run || daemon_ready || mhd_due()) // else MHD_run would find nothing
+    mhd_run_all();
+  adopt_all(); // streams MHD has just handed to direct writes
   clock_ms = mono_ms();
   timers(clock_ms);
   flush_dirty();  // heartbeats, gap notices
-  if (need_run) { // resumed by a timer, or by open()/push() since the last run
+  if (need_run) { // resumed by a timer, by an adoption, or by open()/push() since the last run
     need_run = false;
     mhd_run_all();
   }
+  reap_all();
 }
 
 // Runs every daemon; again (a couple of times at most, so the caller's latch
@@ -209,6 +214,7 @@ void Server::Impl::run() {
 // a connection resumed in this pass whose headers went out and whose first
 // body chunk is ready: it is written now, not at the next wake-up.
 void Server::Impl::mhd_run_all() {
+  daemon_ready = false;
   for (int pass = 0; pass < 3; ++pass) {
     bool again = false;
     for (MHD_Daemon *d : daemons) {
@@ -221,10 +227,21 @@ void Server::Impl::mhd_run_all() {
   }
 }
 
+// MHD has work without a new event on its epoll set: a timeout that is due,
+// or connections it knows to be ready (its timeout is then 0).
+bool Server::Impl::mhd_due() const {
+  for (MHD_Daemon *d : daemons) {
+    MHD_UNSIGNED_LONG_LONG t = 1;
+    if (MHD_get_timeout(d, &t) == MHD_YES && t == 0)
+      return true;
+  }
+  return false;
+}
+
 long Server::Impl::timeout_ms() const {
   if (!running)
     return -1;
-  if (need_run || !dirty.empty())
+  if (need_run || !dirty.empty() || !adopt.empty() || !reap.empty())
     return 0;
   const int64_t now = mono_ms();
   int64_t best = INT64_MAX;
@@ -251,14 +268,19 @@ long Server::Impl::timeout_ms() const {
   return best == INT64_MAX ? -1 : static_cast<long>(std::min<int64_t>(best, LONG_MAX));
 }
 
-// Picks up closed SSE sockets (EPOLLRDHUP). Daemon entries need nothing here:
-// MHD_run() reads its own epoll set.
+// Picks up closed SSE sockets (EPOLLRDHUP) and sockets with room again
+// (EPOLLOUT). A daemon entry only notes that MHD_run() has events to read in
+// its own epoll set; a full batch may hide one, so MHD runs then too.
 void Server::Impl::drain_epoll() {
   epoll_event evs[64];
   const int n = epoll_wait(epfd, evs, 64, 0);
+  if (n == 64)
+    daemon_ready = true;
   for (int i = 0; i < n; ++i) {
-    if (!(evs[i].data.u64 & kConnTag))
+    if (!(evs[i].data.u64 & kConnTag)) {
+      daemon_ready = true;
       continue;
+    }
     auto it = conns.find(evs[i].data.u64 & ~kConnTag);
     if (it == conns.end())
       continue;
@@ -384,116 +406,9 @@ void Server::Impl::notify(Conn *c) {
     wake(c);
     return;
   }
-  if (!c->dirty) {
+  if (!c->dirty && !c->want_out) { // a socket that refused a write is flushed on EPOLLOUT
     c->dirty = true;
     dirty.push_back(c->id);
-  }
-}
-
-// Called from the content reader with MHD's buffer for this socket empty (it
-// asks for more only once the last chunk is out) and the connection suspended.
-void Server::Impl::enter_direct(Conn *c) {
-  if (c->direct || !c->watched || c->fd < 0)
-    return; // not in the outer epoll set: MHD keeps writing it
-  int one = 1, zero = 0;
-  (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); // each write leaves at once
-  (void)setsockopt(c->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
-  c->direct = true;
-}
-
-void Server::Impl::leave_direct(Conn *c) {
-  if (!c->direct)
-    return;
-  set_out(c, false);
-  c->direct = false;
-  c->unsent.clear();
-}
-
-void Server::Impl::set_out(Conn *c, bool on) {
-  if (c->want_out == on || !c->watched)
-    return;
-  epoll_event ev{};
-  ev.events = EPOLLRDHUP | (on ? EPOLLOUT : 0u);
-  ev.data.u64 = c->id | kConnTag;
-  if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
-    c->want_out = on;
-}
-
-// Writes a direct stream's queue as HTTP/1.1 chunks (HTTP/1.0: raw bytes), one
-// send per chunk of up to the scratch size; what the socket does not take
-// waits in c->unsent with EPOLLOUT armed. A stream that is ending and fully
-// written goes back to MHD, which sends the last chunk and closes.
-void Server::Impl::flush(Conn *c) {
-  if (!c->direct || c->kill)
-    return;
-  auto send_some = [&](const char *p, size_t len) -> bool { // false: stop here
-    const ssize_t w = ::send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      abort_conn(c, "client");
-      return false;
-    }
-    const size_t done = w > 0 ? static_cast<size_t>(w) : 0;
-    if (done < len) {
-      c->unsent.assign(p + done, len - done);
-      set_out(c, true);
-      return false;
-    }
-    return true;
-  };
-  if (!c->unsent.empty()) {
-    std::string rest;
-    rest.swap(c->unsent);
-    if (!send_some(rest.data(), rest.size()))
-      return;
-  }
-  c->delivered = c->copied;
-  if (scratch.empty())
-    scratch.resize(64 * 1024);
-  constexpr size_t kHead = 8; // "ffffff\r\n" at most, written right before the data
-  for (int round = 0; round < 4; ++round) {
-    const size_t n = fill(c, scratch.data() + kHead, scratch.size() - kHead - 2);
-    if (n == 0)
-      break;
-    char *start = scratch.data() + kHead;
-    size_t len = n;
-    if (!c->http10) {
-      char digits[16]; // the chunk size in hex, lowest digit first
-      size_t nd = 0;
-      for (size_t v = n; v > 0 || nd == 0; v >>= 4)
-        digits[nd++] = "0123456789abcdef"[v & 15];
-      start -= nd + 2; // "<size>\r\n" right before the data (kHead has room)
-      for (size_t k = 0; k < nd; ++k)
-        start[k] = digits[nd - 1 - k];
-      start[nd] = '\r';
-      start[nd + 1] = '\n';
-      memcpy(scratch.data() + kHead + n, "\r\n", 2);
-      len += nd + 2 + 2;
-    }
-    if (!send_some(start, len))
-      return;
-    c->delivered = c->copied;
-  }
-  set_out(c, false);
-  if (!c->queue.empty()) {
-    notify(c); // more than four chunks: the rest in the next round
-  } else if (c->ending) {
-    leave_direct(c);
-    wake(c); // MHD calls the reader: END_OF_STREAM
-  }
-}
-
-void Server::Impl::flush_dirty() {
-  if (dirty.empty())
-    return;
-  std::vector<uint64_t> list;
-  list.swap(dirty);
-  for (uint64_t id : list) {
-    auto it = conns.find(id);
-    if (it == conns.end())
-      continue;
-    it->second->dirty = false;
-    if (it->second->direct && it->second->unsent.empty())
-      flush(it->second); // one blocked on its socket waits for EPOLLOUT
   }
 }
 
@@ -534,6 +449,10 @@ void Server::Impl::abort_conn(Conn *c, const std::string &reason) {
     kill_socket(c->fd);
   }
   leave_direct(c);
+  if (c->owned) {
+    reap.push_back(c->id); // closed by reap_all(), outside any walk of conns
+    return;
+  }
   wake(c);
 }
 
@@ -761,6 +680,12 @@ Conn *Server::open(uint64_t conn_id, std::string preamble, const std::string &st
 size_t Server::queued_events(const Conn *c) const { return c->finished ? 0 : c->queue.events(); }
 size_t Server::queued_bytes(const Conn *c) const { return c->finished ? 0 : c->queue.bytes(); }
 uint64_t Server::written(const Conn *c) const { return c->delivered; }
+bool Server::backed_up(const Conn *c) const {
+  const size_t refill = impl_->cfg.socket_send_buffer > 0
+                            ? static_cast<size_t>(impl_->cfg.socket_send_buffer)
+                            : size_t{64 * 1024};
+  return c->want_out && !c->finished && c->queue.bytes() >= refill;
+}
 
 void Server::close(Conn *c, const std::string &reason) {
   if (!c->finished)
@@ -770,12 +695,9 @@ void Server::close(Conn *c, const std::string &reason) {
 void Server::release(Conn *c) {
   if (c == nullptr)
     return;
-  if (c->finished) {
-    impl_->finished.erase(c);
-    delete c;
-  } else {
-    c->held = false;
-  }
+  c->held = false;
+  if (c->finished)
+    impl_->dispose(c);
 }
 
 void Server::protect(const std::string &path) { impl_->protected_paths.insert(path); }

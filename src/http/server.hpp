@@ -52,11 +52,11 @@ struct Config {
   size_t max_streams_per_request = 32;
   // libmicrohttpd's per-connection memory pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT).
   // A request's head must fit in about 45 % of it (measured with 0.9.75: 4 kB
-  // serves a 1.5 kB cookie, 16 kB a 7 kB one, 32 kB a 16 kB one; beyond: 431),
-  // it bounds one coalesced write to an SSE socket (HTTP/1.1, docs/ARCHITECTURE.md "HTTP: direct
-  // writes"), and it is most of an idle connection's memory: 7.6 / 11.6 / 16.3 / 25.7 kB per idle
-  // stream with 4 / 8 / 16 / 32 kB (bench idle runs). Fixed at start().
-  size_t connection_memory_limit = 16 * 1024;
+  // serves a 1.5 kB cookie, 16 kB a 7 kB one, 32 kB a 14 kB one; beyond: 431),
+  // and it bounds one coalesced write while MHD still writes a stream. It is
+  // freed once the server takes a stream's socket over (docs/ARCHITECTURE.md,
+  // "HTTP: direct writes"), so idle streams do not keep it. Fixed at start().
+  size_t connection_memory_limit = 32 * 1024;
   // Sockets the listener may hold in all, from the open-files limit left to
   // it (0 = unknown: derived from max_connections). A part of it is kept for
   // answering what cannot be held (503 + Retry-After) and for plain requests,
@@ -147,6 +147,9 @@ public:
   OutQueue::PushResult push(Conn *c, OutFrame frame);
   size_t queued_events(const Conn *c) const;
   size_t queued_bytes(const Conn *c) const;
+  // Its socket refused part of a write and at least a send buffer's worth
+  // (socket_send_buffer, else 64 kB) waits behind it.
+  bool backed_up(const Conn *c) const;
   uint64_t written(const Conn *c) const; // data frames written to the socket
   void close(Conn *c, const std::string &reason);
   void release(Conn *c);

@@ -10,7 +10,9 @@
 //    request, before headers are parsed) and freed when MHD reports the
 //    request completed (or, as a fallback, when its socket closes). An SSE
 //    request becomes an entry of Impl::conns from the moment it is pending
-//    until it completes; that entry is what take_closed() reports.
+//    until it completes; that entry is what take_closed() reports. A stream
+//    whose socket the server took over (Conn::owned) is ended by the server
+//    itself and freed once MHD has also let go of it.
 #pragma once
 #include "core/no_postgres.hpp"
 #include "http/request.hpp"
@@ -32,6 +34,10 @@ namespace pgbs::http {
 
 int64_t mono_ms(); // CLOCK_MONOTONIC in milliseconds
 int64_t wall_us(); // CLOCK_REALTIME in microseconds
+// Ends a TCP connection now (RST, every further read EOF); the fd stays open.
+void kill_socket(int fd);
+
+constexpr uint64_t kConnTag = 1ull << 63; // outer epoll data: SSE socket vs daemon index
 
 struct Conn;
 
@@ -93,14 +99,20 @@ struct Conn {
   std::string gap_resume;             // id before the first drop the next notice reports
   bool gap_resume_set = false;
 
-  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames went out
-  // through MHD and its queue ran empty, a stream stays suspended in MHD and
-  // the server writes its chunks to the socket itself, one send per
-  // connection per round; MHD gets it back only to end it.
+  // Direct writes (docs/ARCHITECTURE.md, "HTTP: direct writes"): once its head and first frames
+  // went out through MHD and its queue ran empty, a stream stays suspended in MHD and the server
+  // writes its chunks to the socket itself, one send per connection per round; MHD gets it back
+  // only to end it.
   bool direct = false;
   bool dirty = false;    // on Impl::dirty: frames queued since the last flush
   bool want_out = false; // EPOLLOUT armed: the socket took only part of a write
   std::string unsent;    // the part it did not take
+  // Taken over: MHD has handed the socket back (adopt()) and freed its
+  // per-connection memory; the server writes and ends the stream alone.
+  bool owned = false;
+  bool adopting = false;    // on Impl::adopt
+  bool mhd_attached = true; // MHD still refers to it (until finish())
+  bool end_sent = false;    // owned and ending: the last chunk is written
 
   bool held = false;     // its handle is out (open() with a start id): freed by release()
   bool finished = false; // MHD is done with it; only the handle keeps it
@@ -132,9 +144,13 @@ struct Server::Impl {
   std::vector<uint64_t> dirty; // direct streams with frames to write
   std::vector<char> scratch;   // one chunk being written (direct streams)
   std::deque<std::string> log;
-  std::set<Conn *> finished; // held connections MHD is done with, until release()
+  std::set<Conn *> finished;   // held connections MHD is done with, until release()
+  std::vector<uint64_t> adopt; // streams whose sockets are to be taken over
+  std::vector<uint64_t> reap;  // owned streams to close (outside any iteration)
+  int detach_logs = 0;         // MHD log lines expected from adoptions, not kept
 
-  bool need_run = false; // a resume happened outside MHD_run
+  bool need_run = false;    // a resume happened outside MHD_run
+  bool daemon_ready = true; // an MHD epoll set reported events since the last MHD_run
   int64_t next_heartbeat_ms = 0;
   int64_t clock_ms = 0;               // see Server::tick()
   int64_t next_expiry_ms = INT64_MAX; // next idle_timeout / max_lifetime check
@@ -149,6 +165,7 @@ struct Server::Impl {
   void heartbeats(int64_t now);
   void drain_epoll();
   void mhd_run_all();
+  bool mhd_due() const;
   void shutdown(int drain_ms);
   void stop_daemons();
   void wake(Conn *c);
@@ -158,6 +175,10 @@ struct Server::Impl {
   void enter_direct(Conn *c);
   void leave_direct(Conn *c);
   void flush(Conn *c);
+  void adopt_all();
+  void reap_all();
+  void close_owned(Conn *c);
+  void dispose(Conn *c);
   void flush_dirty();
   void set_out(Conn *c, bool on);
   void watch(Conn *c);

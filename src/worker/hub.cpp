@@ -47,6 +47,7 @@ size_t HttpSink::queued_events(engine::SinkRef ref) const {
   return server_.queued_events(conn(ref));
 }
 size_t HttpSink::queued_bytes(engine::SinkRef ref) const { return server_.queued_bytes(conn(ref)); }
+bool HttpSink::backed_up(engine::SinkRef ref) const { return server_.backed_up(conn(ref)); }
 OutQueue::PushResult HttpSink::push(engine::SinkRef ref, OutFrame frame) {
   return server_.push(conn(ref), std::move(frame));
 }

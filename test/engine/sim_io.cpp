@@ -176,6 +176,12 @@ OutQueue::PushResult Sink::push(engine::SinkRef ref, OutFrame frame) {
   return c->queue.push(std::move(frame));
 }
 uint64_t Sink::written(engine::SinkRef ref) const { return static_cast<SimConn *>(ref)->written; }
+// A slow or stalled client's socket is taken to be full once a few frames
+// wait: the engine then treats its queue as having no room.
+bool Sink::backed_up(engine::SinkRef ref) const {
+  const SimConn *c = static_cast<SimConn *>(ref);
+  return c->client && c->client->mode != 0 && c->queue.events() >= 3;
+}
 void Sink::close(engine::SinkRef ref, const std::string &) {
   static_cast<SimConn *>(ref)->closed = true;
 }

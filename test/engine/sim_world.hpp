@@ -150,6 +150,7 @@ public:
                        const std::string &start_id) override;
   size_t queued_events(engine::SinkRef ref) const override;
   size_t queued_bytes(engine::SinkRef ref) const override;
+  bool backed_up(engine::SinkRef ref) const override;
   OutQueue::PushResult push(engine::SinkRef ref, OutFrame frame) override;
   uint64_t written(engine::SinkRef ref) const override;
   void close(engine::SinkRef ref, const std::string &reason) override;

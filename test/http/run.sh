@@ -332,7 +332,14 @@ same_text "  and the server still serves" 200 "$(code "$URL/healthz")"
 stop_driver
 start_driver --memory-limit 16384 --frames 1 --interval-ms 100
 sse 2 -H "Cookie: s=$(cookie 6000)" "$URL/streams/chat"
-check "16 kB per connection (the default): a 6 kB cookie is served" grep -q '^data: frame 1$' "$T/b"
+check "16 kB per connection: a 6 kB cookie is served" grep -q '^data: frame 1$' "$T/b"
+stop_driver
+start_driver --frames 2 --interval-ms 300
+sse 2 -H "Cookie: s=$(cookie 9000)" "$URL/streams/chat"
+check "the default: a stream request with a 9 kB cookie is served" grep -q '^data: frame 1$' "$T/b"
+check "  and the stream goes on once its socket is the server's" grep -q '^data: frame 2$' "$T/b"
+same_text "the default: a 64 kB cookie gets 431" 431 "$(code -H "Cookie: s=$(cookie 65536)" "$URL/streams/chat")"
+same_text "  and the server still serves" 200 "$(code "$URL/healthz")"
 stop_driver
 
 # ---------------------------------------------------------------------------

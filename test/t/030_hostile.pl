@@ -11,7 +11,8 @@
 #    request timeout (10 s), while a normal client is served meanwhile.
 # C. Oversized requests: request target > 8 KiB -> 414 (exactly 8192 is
 #    fine), header block > 16 KiB -> 431, and far larger ones than
-#    libmicrohttpd's per-connection memory are refused too.
+#    libmicrohttpd's per-connection memory are refused too; a 9 KB cookie
+#    is served at the default settings, a 64 KB one gets 431.
 # D. CORS: preflight and GET from an allowed origin, another origin, look-alike
 #    origins; cors_origins = '*' after a reload.
 # E. Framing: payloads with CR, LF, CRLF, a lone CR at the end, injected
@@ -428,6 +429,11 @@ note('C. oversized requests');
 	is($r->{status}, 431, 'one 17 KB header line: 431') or diag(describe($r));
 	$r = raw_request(get_request('/streams/chat', map { sprintf('X-Pad-%03d: %s', $_, 'd' x 1000) } 1 .. 200));
 	is($r->{status}, 431, '200 KB of header lines: 431') or diag(describe($r));
+	# Cookies of several kB are common; the default connection_memory takes them.
+	$r = raw_request(get_request('/streams/chat', 'Cookie: s=' . ('e' x 9000)));
+	is($r->{status}, 200, 'a 9 KB Cookie header at the default settings: 200') or diag(describe($r));
+	$r = raw_request(get_request('/streams/chat', 'Cookie: s=' . ('f' x 65_536)));
+	is($r->{status}, 431, 'a 64 KB Cookie header: 431') or diag(describe($r));
 	$r = raw_request(get_request('/streams/chat', 'X-Small: 1'));
 	is($r->{status}, 200, 'a normal request afterwards: 200') or diag(describe($r));
 	ok(wait_sse_count(0), 'oversize tests left no connection behind');
