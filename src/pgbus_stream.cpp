@@ -4,6 +4,7 @@
 #include "core/names.hpp" // before postgres.h (core/ refuses to compile after it)
 #include "capture/capture.hpp"
 #include "capture/wal.hpp"
+#include "pg/guard.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
@@ -329,6 +330,7 @@ void _PG_init(void) {
              errhint("Add pgbus_stream to shared_preload_libraries in postgresql.conf and restart "
                      "the server.")));
   define_gucs();
+  pgbs::pg::init_error_copy();
   prev_shmem_request_hook = shmem_request_hook;
   shmem_request_hook = request_shmem;
   prev_shmem_startup_hook = shmem_startup_hook;

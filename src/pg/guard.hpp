@@ -49,6 +49,9 @@ private:
 // PostgreSQL (its ErrorData copy is freed at once).
 Error take_error(MemoryContext cxt);
 
+// Makes the memory context take_error() copies into (from _PG_init).
+void init_error_copy();
+
 template <typename F> void call(F &&fn) {
   MemoryContext oldcxt = CurrentMemoryContext;
   volatile bool failed = false;

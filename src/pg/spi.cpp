@@ -18,19 +18,30 @@ extern "C" {
 
 namespace pgbs::pg {
 
+namespace {
+// Where errors are copied: made at library load (an allocation failure then
+// is an ordinary error, not one raised while another is being handled).
+MemoryContext error_copy_cxt = nullptr;
+} // namespace
+
+void init_error_copy() {
+  error_copy_cxt =
+      AllocSetContextCreate(TopMemoryContext, "pgbus_stream error copy", ALLOCSET_SMALL_SIZES);
+}
+
 Error take_error(MemoryContext cxt) {
-  // Copied in a context that surely exists (the caller's may be gone, e.g. a
-  // failed commit deleted it) and freed below: nothing stays behind.
-  MemoryContextSwitchTo(TopMemoryContext);
+  // Copied into a context that surely exists (the caller's may be gone, e.g.
+  // a failed commit deleted it) and reset below: nothing stays behind.
+  // FreeErrorData() alone would not do: in PostgreSQL 15 it leaves the copies
+  // of filename, funcname, domain, context_domain and message_id allocated.
+  MemoryContextSwitchTo(error_copy_cxt);
   ErrorData *edata = CopyErrorData();
   FlushErrorState();
   MemoryContextSwitchTo(cxt);
-  // Copying into std::string may throw (bad_alloc): free the ErrorData first
-  // in that case too.
-  struct Free {
-    ErrorData *e;
-    ~Free() { FreeErrorData(e); }
-  } guard{edata};
+  // Copying into std::string may throw (bad_alloc): reset in that case too.
+  struct Reset {
+    ~Reset() { MemoryContextReset(error_copy_cxt); }
+  } guard;
   return Error(edata);
 }
 

@@ -114,9 +114,9 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
       values[2] = CStringGetTextDatum(c->streams);
       values[3] = CStringGetTextDatum(c->remote);
       // Unix microseconds -> TimestampTz (microseconds since 2000-01-01)
-      values[4] = TimestampTzGetDatum((TimestampTz)(c->connected_at_us -
-                                                    ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
-                                                     SECS_PER_DAY * USECS_PER_SEC)));
+      values[4] = TimestampTzGetDatum(
+          (TimestampTz)(c->connected_at_us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
+                                              SECS_PER_DAY * USECS_PER_SEC)));
       values[5] = CStringGetTextDatum(c->cursor);
       values[6] = Int64GetDatum(c->queued_events);
       values[7] = Int64GetDatum(c->queued_bytes);
@@ -135,8 +135,8 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
 }
 
 static Datum unix_us_to_timestamptz(int64 us) {
-  return TimestampTzGetDatum(
-      (TimestampTz)(us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC)));
+  return TimestampTzGetDatum((TimestampTz)(us - ((int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) *
+                                                 SECS_PER_DAY * USECS_PER_SEC)));
 }
 
 // diagnostics(): the ring of recent lifecycle events, oldest first, with the
@@ -147,18 +147,30 @@ extern "C" Datum pgbus_stream_diagnostics(PG_FUNCTION_ARGS) {
   pgbs::shmem::Diagnostics *d = &pgbs::shmem::shared()->diagnostics;
   if (d->capacity <= 0)
     return (Datum)0;
-  pgbs::shmem::DiagEntry *copy =
-      (pgbs::shmem::DiagEntry *)palloc(sizeof(pgbs::shmem::DiagEntry) * d->capacity);
-  // Writers take the lock exclusively for one entry; a reader copying the
-  // whole ring shares it with other readers.
+  // Copied a slice at a time, the lock shared for each: a writer (a worker
+  // recording a connection event) never waits for more than one slice, not
+  // for a copy of the whole ring. An entry overwritten meanwhile is left out.
+  const uint64 cap = (uint64)d->capacity;
   LWLockAcquire(d->lock, LW_SHARED);
   uint64 next = d->next;
-  memcpy(copy, d->items, sizeof(pgbs::shmem::DiagEntry) * d->capacity);
   LWLockRelease(d->lock);
-  uint64 cap = (uint64)d->capacity;
   uint64 first = next > cap ? next - cap : 0;
-  for (uint64 i = first; i < next; i++) {
-    pgbs::shmem::DiagEntry *e = &copy[i % cap];
+  pgbs::shmem::DiagEntry *copy =
+      (pgbs::shmem::DiagEntry *)palloc(sizeof(pgbs::shmem::DiagEntry) * (next - first + 1));
+  constexpr uint64 kSlice = 256;
+  for (uint64 i = first; i < next; i += kSlice) {
+    const uint64 n = Min(kSlice, next - i);
+    LWLockAcquire(d->lock, LW_SHARED);
+    for (uint64 k = 0; k < n; k++)
+      copy[i - first + k] = d->items[(i + k) % cap];
+    LWLockRelease(d->lock);
+  }
+  LWLockAcquire(d->lock, LW_SHARED);
+  const uint64 end = d->next; // entries below end - cap may have been overwritten
+  LWLockRelease(d->lock);
+  const uint64 start = Min(next, Max(first, end > cap ? end - cap : 0));
+  for (uint64 i = start; i < next; i++) {
+    pgbs::shmem::DiagEntry *e = &copy[i - first];
     Datum values[7];
     bool nulls[7] = {false};
     char idbuf[24];
@@ -169,7 +181,7 @@ extern "C" Datum pgbus_stream_diagnostics(PG_FUNCTION_ARGS) {
     values[3] = CStringGetTextDatum(e->event);
     values[4] = CStringGetTextDatum(e->stream);
     values[5] = CStringGetTextDatum(e->detail);
-    values[6] = Int64GetDatum((int64)first);
+    values[6] = Int64GetDatum((int64)start);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   pfree(copy);

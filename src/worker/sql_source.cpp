@@ -45,11 +45,17 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
   bool present = false;
   pg::Table t;
   const bool ok = run("catalog read", [&](pg::SpiTx &tx) {
-    pg::Table ext = tx.query("SELECT 1 FROM pg_extension WHERE extname = 'pgbus_stream'");
+    // (a 0.1.0 catalog, library updated before ALTER EXTENSION, has no
+    // auto_attached or hooked column)
+    pg::Table ext = tx.query(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attname = 'hooked' AND NOT attisdropped "
+        "               AND attrelid = to_regclass('pgbus_stream.streams')) "
+        "FROM pg_extension WHERE extname = 'pgbus_stream'");
     present = ext.rows() > 0;
     if (!present)
       return;
-    std::string where;
+    const bool gem_columns = ext.at(0, 0).value_or("f") == "t";
+    std::string where, only;
     std::vector<pg::Arg> args;
     if (!which.ids.empty()) {
       where = " AND s.id = ANY($1)";
@@ -63,7 +69,24 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         list += (i ? ",\"" : "\"") + sse::json_escape(which.names[i]) + "\"";
       where = " AND s.name = ANY($1::text[])";
       args.push_back(pg::Arg::txt(list + "}"));
+    } else if (gem_columns) {
+      // A private auto-attached queue nobody subscribed to yet has no
+      // capture triggers: nothing of it reaches the ring, an anonymous
+      // request may not read it, and an authorised subscription loads it by
+      // name. Left out, a database with many such queues (one per record for
+      // the pgbus gem) costs a full load neither a read of each queue's
+      // maximum nor a shared-memory entry per queue. Streams read before
+      // stay in, so that a dropped one is noticed.
+      // (in a CASE: the queue's lookup runs only for the rows kept)
+      only = "(NOT s.auto_attached OR s.hooked OR s.public OR s.id = ANY($1))";
+      std::vector<int64_t> known;
+      known.reserve(rows_sql_.size());
+      for (const auto &kv : rows_sql_)
+        known.push_back(kv.first);
+      args.push_back(pg::Arg::int8_array(known));
     }
+    const std::string queue_exists =
+        "to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL";
     // The committed maximum of each queue (and archive) seeds the horizon.
     t = tx.query(
         "SELECT s.id, s.name, s.public, pgbus_stream._rows_sql(s), s.retention_floor, "
@@ -80,7 +103,8 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         // EXTENSION not run yet) has no such column and must still be served.
         "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true) "
         "FROM pgbus_stream.streams s "
-        "WHERE to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NOT NULL" +
+        "WHERE " +
+            (only.empty() ? queue_exists : "CASE WHEN " + only + " THEN " + queue_exists + " END") +
             where + " ORDER BY s.id",
         args);
   });

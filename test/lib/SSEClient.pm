@@ -511,6 +511,19 @@ sub take_events
 	return @e;
 }
 
+# forget_taken drops the frames take_events returned and the body text
+# already parsed, so that a client reading a long stream stays small (events
+# and body then hold only what came after).
+sub forget_taken
+{
+	my ($self) = @_;
+	splice(@{ $self->{events} }, 0, $self->{taken} // 0);
+	$self->{taken} = 0;
+	substr($self->{body}, 0, $self->{parse_pos} // 0) = '';
+	$self->{parse_pos} = 0;
+	return;
+}
+
 # close closes the socket (idempotent).
 sub close
 {
