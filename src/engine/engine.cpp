@@ -166,6 +166,89 @@ std::shared_ptr<const std::string> Engine::encode_body(const Row &row) const {
   return body;
 }
 
+// Dispatches events[begin, end) where the slice holds at most
+// replay_page_size rows that must be read from the tables; returns end.
+size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
+  // Read the rows without payload per stream in one call each, then
+  // dispatch in commit order. A stream whose read failed gets those ids
+  // paged from the table later, once the read works again. A stream with
+  // no connection here needs only the ids (dispatch keeps no row for it):
+  // its rows are not read, so a queue nobody watches costs no reads.
+  std::map<int64_t, std::vector<int64_t>> wanted;
+  size_t end = begin, to_read = 0;
+  for (; end < events.size(); end++) {
+    const ring::Event &e = events[end];
+    if (e.has_payload)
+      continue;
+    auto sit = streams_.find(e.stream_id);
+    if (sit == streams_.end() || sit->second->conns.empty())
+      continue;
+    if (to_read == std::max<size_t>(cfg_.replay_page_size, 1))
+      break;
+    wanted[e.stream_id].push_back(e.msg_id);
+    to_read++;
+  }
+  std::map<std::pair<int64_t, int64_t>, Row> found;
+  std::unordered_set<int64_t> failed;
+  std::vector<Row> rows;
+  for (auto &[sid, list] : wanted) {
+    rows.clear();
+    if (!read_ok(rows_.rows_by_id(streams_[sid]->info, list, &rows))) {
+      failed.insert(sid);
+      continue;
+    }
+    for (Row &r : rows)
+      found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
+  }
+  for (size_t i = begin; i < end; i++) {
+    ring::Event &e = events[i];
+    auto sit = streams_.find(e.stream_id);
+    if (sit == streams_.end())
+      continue;
+    Stream &st = *sit->second;
+    if (e.has_payload) {
+      if (e.ephemeral && e.ephemeral_seq > 0) {
+        if (e.ephemeral_seq > st.ephemeral_seq + 1)
+          ephemeral_lost(st, e.ephemeral_seq - st.ephemeral_seq - 1);
+        st.ephemeral_seq = std::max(st.ephemeral_seq, e.ephemeral_seq);
+      }
+      Row row;
+      row.msg_id = e.msg_id;
+      row.commit_us = e.commit_us;
+      row.ephemeral = e.ephemeral;
+      row.data = std::move(e.data);
+      if (!e.event.empty())
+        row.event = std::move(e.event);
+      if (!e.visible_to.empty())
+        row.visible_to = std::move(e.visible_to);
+      row.exclude = e.exclude;
+      if (row.ephemeral && !st.pos.covers(row.msg_id))
+        retain_ephemeral(st, row);
+      dispatch(st, row);
+      continue;
+    }
+    if (st.conns.empty()) {
+      Row row;
+      row.msg_id = e.msg_id;
+      row.commit_us = e.commit_us;
+      dispatch(st, row);
+      continue;
+    }
+    if (failed.count(e.stream_id)) {
+      unread(st, e.msg_id);
+      continue;
+    }
+    auto it = found.find({e.stream_id, e.msg_id});
+    if (it == found.end()) {
+      deleted(st, e.msg_id);
+      continue;
+    }
+    it->second.commit_us = e.commit_us;
+    dispatch(st, it->second);
+  }
+  return end;
+}
+
 void Engine::round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds) {
   // Ring events were lost: they came before some of these in commit order,
   // so nothing of this round goes live; every subscription pages instead.
@@ -182,75 +265,12 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
         unknown.ids.push_back(e.stream_id);
     if (!unknown.ids.empty())
       load_streams(unknown);
-    // Read the rows without payload per stream in one call each, then
-    // dispatch in commit order. A stream whose read failed gets those ids
-    // paged from the table later, once the read works again. A stream with
-    // no connection here needs only the ids (dispatch keeps no row for it):
-    // its rows are not read, so a queue nobody watches costs no reads.
-    std::map<int64_t, std::vector<int64_t>> wanted;
-    for (const ring::Event &e : events)
-      if (!e.has_payload) {
-        auto sit = streams_.find(e.stream_id);
-        if (sit != streams_.end() && !sit->second->conns.empty())
-          wanted[e.stream_id].push_back(e.msg_id);
-      }
-    std::map<std::pair<int64_t, int64_t>, Row> found;
-    std::unordered_set<int64_t> failed;
-    std::vector<Row> rows;
-    for (auto &[sid, list] : wanted) {
-      rows.clear();
-      if (!read_ok(rows_.rows_by_id(streams_[sid]->info, list, &rows))) {
-        failed.insert(sid);
-        continue;
-      }
-      for (Row &r : rows)
-        found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
-    }
-    for (ring::Event &e : events) {
-      auto sit = streams_.find(e.stream_id);
-      if (sit == streams_.end())
-        continue;
-      Stream &st = *sit->second;
-      if (e.has_payload) {
-        if (e.ephemeral && e.ephemeral_seq > 0) {
-          if (e.ephemeral_seq > st.ephemeral_seq + 1)
-            ephemeral_lost(st, e.ephemeral_seq - st.ephemeral_seq - 1);
-          st.ephemeral_seq = std::max(st.ephemeral_seq, e.ephemeral_seq);
-        }
-        Row row;
-        row.msg_id = e.msg_id;
-        row.commit_us = e.commit_us;
-        row.ephemeral = e.ephemeral;
-        row.data = std::move(e.data);
-        if (!e.event.empty())
-          row.event = std::move(e.event);
-        if (!e.visible_to.empty())
-          row.visible_to = std::move(e.visible_to);
-        row.exclude = e.exclude;
-        if (row.ephemeral && !st.pos.covers(row.msg_id))
-          retain_ephemeral(st, row);
-        dispatch(st, row);
-        continue;
-      }
-      if (st.conns.empty()) {
-        Row row;
-        row.msg_id = e.msg_id;
-        row.commit_us = e.commit_us;
-        dispatch(st, row);
-        continue;
-      }
-      if (failed.count(e.stream_id)) {
-        unread(st, e.msg_id);
-        continue;
-      }
-      auto it = found.find({e.stream_id, e.msg_id});
-      if (it == found.end()) {
-        deleted(st, e.msg_id);
-        continue;
-      }
-      it->second.commit_us = e.commit_us;
-      dispatch(st, it->second);
-    }
+    // Events are taken in slices of at most replay_page_size rows to read,
+    // so a round over a full ring of large rows holds one page of them at a
+    // time, in commit order.
+    size_t begin = 0;
+    while (begin < events.size())
+      begin = dispatch_slice(events, begin);
   }
   // Ephemeral broadcasts lost with the ring events: every one committed
   // before the last incomplete drain is in the ring by this drain, so what

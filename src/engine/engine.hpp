@@ -179,6 +179,7 @@ private:
   void start_pending(Stream &st);
   Stream *hook(Stream *st);
   void drop_stream(int64_t id, const char *reason);
+  size_t dispatch_slice(std::vector<ring::Event> &events, size_t begin);
   void dispatch(Stream &st, const Row &row);
   void unread(Stream &st, int64_t id);
   void remember_unread(Stream &st, int64_t id);
