@@ -43,25 +43,12 @@ BIN=$("$PG_CONFIG" --bindir)
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 SSE_LOAD=$HERE/bench/bin/sse_load
 [ -x "$SSE_LOAD" ] || make -C "$HERE/bench" >/dev/null
-TMP=$(mktemp -d /tmp/pgbus_gem_scale.XXXXXX)
+. "$HERE/bench/lib/scratch.sh"
+scratch_dir gem_scale
 PGPORT=${PGPORT:-$((20000 + RANDOM % 20000))}
 HTTPPORT=$((PGPORT + 1))
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u pgbus -- "$@"; else "$@"; fi; }
-[ "$(id -u)" = 0 ] && chown pgbus "$TMP"
-BG=()
-cleanup() {
-  for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
-  as_pg "$BIN/pg_ctl" -D "$TMP/data" -m immediate -w stop >/dev/null 2>&1 || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-as_pg "$BIN/initdb" -D "$TMP/data" -A trust --no-sync >/dev/null
+scratch_node "$TMP/data" "$PGPORT" "$HTTPPORT"
 cat >>"$TMP/data/postgresql.conf" <<CONF
-port = $PGPORT
-listen_addresses = ''
-unix_socket_directories = '$TMP'
-shared_preload_libraries = 'pgbus_stream'
-pgbus_stream.port = $HTTPPORT
 pgbus_stream.workers = $WORKERS
 pgbus_stream.max_connections = $((CONNS + 1000))
 # one entry per stream watched or written at once (the default, 1 024, is

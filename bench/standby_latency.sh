@@ -35,26 +35,12 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 make -s -C "$HERE/bench" PG_CONFIG="$PG_CONFIG" >/dev/null
 SSE_LOAD=$HERE/bench/bin/sse_load
 PUBLISHER=$HERE/bench/bin/publisher
-TMP=$(mktemp -d /tmp/pgbus_standby_latency.XXXXXX)
+. "$HERE/bench/lib/scratch.sh"
+scratch_dir standby_latency
 PPORT=${PGPORT:-$((20000 + RANDOM % 20000))}
 SPORT=$((PPORT + 1)) PHTTP=$((PPORT + 2)) SHTTP=$((PPORT + 3))
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u pgbus -- "$@"; else "$@"; fi; }
-[ "$(id -u)" = 0 ] && chown pgbus "$TMP"
-BG=()
-cleanup() {
-  for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
-  as_pg "$BIN/pg_ctl" -D "$TMP/standby" -m immediate -w stop >/dev/null 2>&1 || true
-  as_pg "$BIN/pg_ctl" -D "$TMP/primary" -m immediate -w stop >/dev/null 2>&1 || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-as_pg "$BIN/initdb" -D "$TMP/primary" -A trust --no-sync >/dev/null
+scratch_node "$TMP/primary" "$PPORT" "$PHTTP"
 cat >>"$TMP/primary/postgresql.conf" <<CONF
-port = $PPORT
-listen_addresses = ''
-unix_socket_directories = '$TMP'
-shared_preload_libraries = 'pgbus_stream'
-pgbus_stream.port = $PHTTP
 wal_level = replica
 max_wal_senders = 4
 hot_standby = on
@@ -66,6 +52,7 @@ DBUSER=$(as_pg id -un)
 PSQL=("$BIN/psql" -X -q -At -h "$TMP" -p "$PPORT" -d postgres -v ON_ERROR_STOP=1)
 as_pg "${PSQL[@]}" -c 'CREATE EXTENSION pgbus_stream' \
   -c "SELECT pgbus_stream.create_stream('bench', public => true)" >/dev/null
+NODES=("$TMP/standby" "${NODES[@]}")
 as_pg "$BIN/pg_basebackup" -D "$TMP/standby" -h "$TMP" -p "$PPORT" -R --checkpoint fast >/dev/null
 cat >>"$TMP/standby/postgresql.conf" <<CONF
 port = $SPORT

@@ -31,25 +31,14 @@ done
 PG_CONFIG=${PG_CONFIG:-pg_config}
 BIN=$("$PG_CONFIG" --bindir)
 LIB=$("$PG_CONFIG" --pkglibdir)/pgbus_stream.so
-TMP=$(mktemp -d /tmp/pgbus_standby_cost.XXXXXX)
+. "$(cd "$(dirname "$0")" && pwd)/lib/scratch.sh"
+scratch_dir standby_cost
 PGPORT=${PGPORT:-$((20000 + RANDOM % 20000))}
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u pgbus -- "$@"; else "$@"; fi; }
-[ "$(id -u)" = 0 ] && chown pgbus "$TMP"
 cp "$LIB" "$TMP/current.so"
 cp "$BASELINE" "$TMP/baseline.so"
-cleanup() {
-  as_pg "$BIN/pg_ctl" -D "$TMP/data" -m immediate -w stop >/dev/null 2>&1 || true
-  cp "$TMP/current.so" "$LIB"
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-as_pg "$BIN/initdb" -D "$TMP/data" -A trust --no-sync >/dev/null
+ON_EXIT+=('cp "$TMP/current.so" "$LIB"')
+scratch_node "$TMP/data" "$PGPORT" 0
 cat >>"$TMP/data/postgresql.conf" <<CONF
-port = $PGPORT
-listen_addresses = ''
-unix_socket_directories = '$TMP'
-shared_preload_libraries = 'pgbus_stream'
-pgbus_stream.port = 0
 wal_level = replica
 fsync = off
 synchronous_commit = off

@@ -34,25 +34,12 @@ done
 PG_CONFIG=${PG_CONFIG:-pg_config}
 BIN=$("$PG_CONFIG" --bindir)
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-TMP=$(mktemp -d /tmp/pgbus_unwatched.XXXXXX)
+. "$HERE/bench/lib/scratch.sh"
+scratch_dir unwatched
 PGPORT=${PGPORT:-$((20000 + RANDOM % 20000))}
 HTTPPORT=$((PGPORT + 1))
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u pgbus -- "$@"; else "$@"; fi; }
-[ "$(id -u)" = 0 ] && chown pgbus "$TMP"
-SSE_PID=
-cleanup() {
-  [ -n "$SSE_PID" ] && kill $SSE_PID 2>/dev/null || true
-  as_pg "$BIN/pg_ctl" -D "$TMP/data" -m immediate -w stop >/dev/null 2>&1 || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-as_pg "$BIN/initdb" -D "$TMP/data" -A trust --no-sync >/dev/null
+scratch_node "$TMP/data" "$PGPORT" "$HTTPPORT"
 cat >>"$TMP/data/postgresql.conf" <<CONF
-port = $PGPORT
-listen_addresses = ''
-unix_socket_directories = '$TMP'
-shared_preload_libraries = 'pgbus_stream'
-pgbus_stream.port = $HTTPPORT
 fsync = off
 synchronous_commit = off
 max_connections = 50
@@ -66,9 +53,9 @@ psql -c "CREATE EXTENSION pgbus_stream" \
      -c "SELECT pgmq.enable_notify_insert('pgbus_gem', 0)"
 psql -At -c "SELECT string_agg(name || '<-' || queue_name, ' ') FROM pgbus_stream.streams"
 curl -sN "http://127.0.0.1:$HTTPPORT/streams/chat" >/dev/null &
-SSE_PID=$!
+BG+=($!)
 curl -sN "http://127.0.0.1:$HTTPPORT/streams/gem" >/dev/null &
-SSE_PID="$SSE_PID $!"
+BG+=($!)
 sleep 1
 psql -At -c "SELECT 'hooked: ' || string_agg(name || '=' || hooked, ' ' ORDER BY name) FROM pgbus_stream.streams"
 MSG='{"html":"<turbo-stream action=\"append\" target=\"jobs\"><template><p>job 42</p></template></turbo-stream>"}'
