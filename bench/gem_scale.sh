@@ -36,8 +36,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$QUEUES" -ge 2000 ] && [ "$QUEUES" -le 200000 ] && [ "$STREAMS" -le "$QUEUES" ] &&
-  [ "$CONNS" -le 40000 ] && [ "$STREAMS" -ge 100 ] ||
-  { echo "queues 2000..200000, streams 100..queues, conns <= 40000" >&2; exit 2; }
+  [ "$CONNS" -le 40000 ] && [ "$STREAMS" -ge 200 ] ||
+  { echo "queues 2000..200000, streams 200..queues (the connect test uses the 100 from streams/2), conns <= 40000" >&2; exit 2; }
 PG_CONFIG=${PG_CONFIG:-pg_config}
 BIN=$("$PG_CONFIG" --bindir)
 HERE=$(cd "$(dirname "$0")/.." && pwd)
