@@ -430,7 +430,7 @@ start_pg() {
             die "pgbus_stream does not answer HTTP on 127.0.0.1:$PGBUS_PORT (see $LOGS/postgres.log)"
         local hs
         hs=$(http_status "$PGBUS_PORT" /healthz)
-        [ "$hs" = 200 ] || log "note: pgbus_stream answers GET /healthz with $hs (DESIGN §5 lists /healthz)"
+        [ "$hs" = 200 ] || log "note: pgbus_stream answers GET /healthz with $hs (the README lists /healthz)"
         PGBUS_WORKER_PIDS=$(psql_q -c "SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pgbus_stream%'" | tr '\n' ' ')
         [ -n "${PGBUS_WORKER_PIDS// /}" ] ||
             die "no pgbus_stream worker in pg_stat_activity (backend_type LIKE 'pgbus_stream%')"
