@@ -92,6 +92,8 @@ SELECT pgbus_stream.broadcast('eph', repeat('x', 3000000), durable => false);
 
 -- live figures: committed events are counted at commit, rolled-back ones never
 SELECT stream, emitted, newest_id > 0 AS has_newest, subscribers FROM pgbus_stream.stats() ORDER BY stream;
+-- a primary has no replay lag
+SELECT stream, replay_lag_bytes, replay_lag_ms FROM pgbus_stream.stats() ORDER BY stream;
 SELECT count(*) AS workers FROM pgbus_stream.workers();
 SELECT count(*) AS connections FROM pgbus_stream.connections();
 SELECT count(*) AS alerts FROM pgbus_stream.alerts();

@@ -648,3 +648,40 @@ CREATE FUNCTION @extschema@.replication(
 RETURNS record AS 'MODULE_PATHNAME', 'pgbus_stream_replication' LANGUAGE C STABLE;
 REVOKE ALL ON FUNCTION @extschema@.replication() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.replication() TO pgbus_stream_monitor;
+
+-- stats() gains the replay lag (its result type changes: dropped and made again).
+DROP FUNCTION @extschema@.stats();
+-- stats() shows live per-stream figures from shared memory (summed over the
+-- workers); latency is commit -> queued on the connection over the last
+-- minute; dropped counts messages removed by retention; total_queued sums
+-- what waits in the connections' queues. On a hot standby replay_lag_bytes
+-- and replay_lag_ms say how far replay trails what the node received (the
+-- time since the last replayed commit while WAL waits to be replayed, 0 when
+-- none does); NULL on a primary. From replication().
+CREATE FUNCTION @extschema@.stats(
+  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
+  OUT dropped bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
+  OUT bytes_sent bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
+  OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8,
+  OUT replay_lag_bytes bigint, OUT replay_lag_ms float8)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
+         coalesce(x.retention_dropped, 0), coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0),
+         coalesce((SELECT sum(c.queued_events) FROM @extschema@.connections() c
+                    WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
+         coalesce(x.bytes_sent, 0), @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
+         coalesce(x.horizon, 0), s.retention_floor,
+         x.latency_p50_ms, x.latency_p99_ms,
+         r.replay_lag_bytes, r.replay_lag_ms
+    FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
+         CROSS JOIN (SELECT q.replay_lag_bytes,
+                            CASE WHEN q.in_recovery THEN
+                              CASE WHEN q.replay_lag_bytes = 0 THEN 0::float8
+                                   ELSE greatest(0, extract(epoch FROM clock_timestamp() - q.last_replayed_commit)
+                                                    * 1000)::float8 END
+                            END AS replay_lag_ms
+                       FROM @extschema@.replication() q) r
+   ORDER BY s.name
+$$;
+REVOKE ALL ON FUNCTION @extschema@.stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.stats() TO pgbus_stream_monitor;

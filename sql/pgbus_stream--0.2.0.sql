@@ -433,15 +433,30 @@ RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C
 CREATE FUNCTION @extschema@.presence(stream text, OUT sub text, OUT connections bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_presence' LANGUAGE C;
 
+-- replication() shows where this node stands in WAL replay (NULLs on a
+-- primary): the WAL received and replayed, the bytes between them, the
+-- commit time of the last transaction replayed; and the floors of the
+-- primary's transactions in flight that the standby holds, how many did not
+-- fit its table and how many were swept after their transaction aborted.
+CREATE FUNCTION @extschema@.replication(
+  OUT in_recovery boolean, OUT received_lsn pg_lsn, OUT replayed_lsn pg_lsn,
+  OUT replay_lag_bytes bigint, OUT last_replayed_commit timestamptz, OUT standby_floors int,
+  OUT floor_overflows bigint, OUT floors_swept bigint)
+RETURNS record AS 'MODULE_PATHNAME', 'pgbus_stream_replication' LANGUAGE C STABLE;
+
 -- stats() shows live per-stream figures from shared memory (summed over the
 -- workers); latency is commit -> queued on the connection over the last
 -- minute; dropped counts messages removed by retention; total_queued sums
--- what waits in the connections' queues.
+-- what waits in the connections' queues. On a hot standby replay_lag_bytes
+-- and replay_lag_ms say how far replay trails what the node received (the
+-- time since the last replayed commit while WAL waits to be replayed, 0 when
+-- none does); NULL on a primary. From replication().
 CREATE FUNCTION @extschema@.stats(
   OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
   OUT dropped bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
   OUT bytes_sent bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
-  OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8)
+  OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8,
+  OUT replay_lag_bytes bigint, OUT replay_lag_ms float8)
 RETURNS SETOF record LANGUAGE sql STABLE AS $$
   SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
          coalesce(x.retention_dropped, 0), coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0),
@@ -449,11 +464,18 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
                     WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
          coalesce(x.bytes_sent, 0), @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
          coalesce(x.horizon, 0), s.retention_floor,
-         x.latency_p50_ms, x.latency_p99_ms
+         x.latency_p50_ms, x.latency_p99_ms,
+         r.replay_lag_bytes, r.replay_lag_ms
     FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
+         CROSS JOIN (SELECT q.replay_lag_bytes,
+                            CASE WHEN q.in_recovery THEN
+                              CASE WHEN q.replay_lag_bytes = 0 THEN 0::float8
+                                   ELSE greatest(0, extract(epoch FROM clock_timestamp() - q.last_replayed_commit)
+                                                    * 1000)::float8 END
+                            END AS replay_lag_ms
+                       FROM @extschema@.replication() q) r
    ORDER BY s.name
 $$;
-
 
 -- set_retention sets how long (max_age) and how many (max_messages) messages
 -- a stream keeps; NULL turns a limit off. The workers remove older rows in
@@ -799,16 +821,6 @@ GRANT EXECUTE ON FUNCTION @extschema@.connections(), @extschema@.diagnostics(), 
 GRANT USAGE ON SCHEMA @extschema@ TO pgbus_stream_monitor;
 GRANT SELECT ON @extschema@.streams, @extschema@.subscribers, @extschema@.stream_stats,
   @extschema@.audiences TO pgbus_stream_monitor;
-
--- replication() shows where this node stands in WAL replay (NULLs on a
--- primary): the WAL received and replayed, the bytes between them, the
--- commit time of the last transaction replayed; and the floors of the
--- primary's transactions in flight that the standby holds, how many did not
--- fit its table and how many were swept after their transaction aborted.
-CREATE FUNCTION @extschema@.replication(
-  OUT in_recovery boolean, OUT received_lsn pg_lsn, OUT replayed_lsn pg_lsn,
-  OUT replay_lag_bytes bigint, OUT last_replayed_commit timestamptz, OUT standby_floors int,
-  OUT floor_overflows bigint, OUT floors_swept bigint)
-RETURNS record AS 'MODULE_PATHNAME', 'pgbus_stream_replication' LANGUAGE C STABLE;
 REVOKE ALL ON FUNCTION @extschema@.replication() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.replication() TO pgbus_stream_monitor;
+

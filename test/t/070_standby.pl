@@ -202,6 +202,25 @@ is($r, 't|t|t|t', 'E: replication() on the standby shows replay position, lag an
 is($p->safe_psql('postgres', 'SELECT in_recovery, replayed_lsn IS NULL FROM pgbus_stream.replication()'),
 	'f|t', 'E: and on the primary, not in recovery');
 
+# stats() carries the replay lag on a standby: replay paused while the
+# primary broadcasts, the standby has WAL it has not replayed; resumed, the
+# lag goes back to 0. On the primary the columns are NULL.
+is($p->safe_psql('postgres',
+		q{SELECT bool_and(replay_lag_bytes IS NULL AND replay_lag_ms IS NULL) FROM pgbus_stream.stats()}),
+	't', 'E: stats() on the primary: no replay lag');
+$s->safe_psql('postgres', 'SELECT pg_wal_replay_pause()');
+ok(standby_until('SELECT pg_get_wal_replay_pause_state()', 'paused'), 'E: standby replay paused');
+$p->broadcast('chat', 'while replay is paused');
+ok( standby_until(
+		q{SELECT replay_lag_bytes > 0 AND replay_lag_ms > 0 FROM pgbus_stream.stats() WHERE stream = 'chat'},
+		't'),
+	'E: stats() on the standby shows the WAL received and not replayed, and for how long');
+$s->safe_psql('postgres', 'SELECT pg_wal_replay_resume()');
+$p->wait_for_catchup($s->node, 'replay');
+ok(standby_until(q{SELECT replay_lag_bytes, replay_lag_ms FROM pgbus_stream.stats() WHERE stream = 'chat'},
+		'0|0'),
+	'E: replay resumed: stats() shows no lag');
+
 # An isolated broadcast on an idle primary: how long until a client of each
 # node has it (the broadcast's own psql run included; a figure, not an
 # assertion). Were the COMMIT record left for the WAL writer's next round,
