@@ -62,6 +62,7 @@ bool standby_records = true;
 int stats_max_age_s = 7 * 86400;
 int max_pending_streams = 1024;
 int negative_cache_size = 10000;
+int logical_hold_ms = 5000;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -302,6 +303,12 @@ static void define_gucs() {
       "Write the WAL records hot standbys serve streams from (wal_level replica or higher); "
       "every node that replays this WAL must then preload pgbus_stream.",
       nullptr, &standby_records, true, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.logical_hold",
+      "How long horizons stay below rows applied by logical replication, so that a row the "
+      "publisher committed out of id order within that time is still streamed.",
+      "0 = no hold: such a row is applied, reported and not streamed.", &logical_hold_ms, 5000, 0,
+      3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
   MarkGUCPrefixReserved("pgbus_stream");
 }
 

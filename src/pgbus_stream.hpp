@@ -43,4 +43,5 @@ extern bool standby_records; // capture writes WAL records for hot standbys
 extern int stats_max_age_s;
 extern int max_pending_streams; // awaited streams in shared memory (restart)
 extern int negative_cache_size;
+extern int logical_hold_ms; // horizons held below rows applied by logical replication
 } // namespace pgbs::guc

@@ -12,6 +12,7 @@
 #include "capture/capture.hpp"
 #include "capture/wal.hpp"
 #include "pgbus_stream.hpp"
+#include "shmem/applied_hold.hpp"
 #include "shmem/ring_record.hpp"
 #include "shmem/shared.hpp"
 
@@ -57,6 +58,11 @@ struct TxStream {
   int64 max_id; // highest msg_id collected (0 = none)
   int64 floor;  // published floor: every id this transaction inserts must be above it
   int64 count;
+  // Rows applied by logical replication (collect_applied): ids at or below
+  // late_floor may be covered by cursors already sent; applied: some were
+  // collected, so the commit starts the stream's hold.
+  int64 late_floor;
+  bool applied;
 };
 
 struct PendingRow {
@@ -114,8 +120,10 @@ TxStream *find_tx_stream(int64 stream_id) {
 
 // Publishes a floor for stream_id in this backend's slot, before any msg_id of
 // the statement is drawn from the sequence. Seqlock-style generation counter:
-// the worker re-reads the slot if it changed while it was reading.
-TxStream *register_stream(int64 stream_id) {
+// the worker re-reads the slot if it changed while it was reading. Rows
+// applied by logical replication bring their ids: their floor is the lower
+// of the committed maximum and the stream's hold.
+TxStream *register_stream(int64 stream_id, bool applied = false) {
   TxStream *ts = find_tx_stream(stream_id);
   if (ts)
     return ts;
@@ -138,7 +146,13 @@ TxStream *register_stream(int64 stream_id) {
   if (!tx.registered) // full barrier: the bit is visible before any entry
     pg_atomic_fetch_or_u64(&shmem::shared()->active_slots[MyProc->pgprocno / 64],
                            UINT64CONST(1) << (MyProc->pgprocno % 64));
-  const int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
+  int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
+  const int64 now_us = applied ? (int64)GetCurrentTimestamp() : 0;
+  if (applied) {
+    const int64 hold = shmem::applied_hold(e, now_us);
+    if (hold != shmem::kNoHold)
+      floor = Min(floor, hold);
+  }
   if (tx.nstreams < shmem::kSlotStreams) {
     int n = tx.nstreams;
     slot->entries[n].stream_id = stream_id;
@@ -157,6 +171,15 @@ TxStream *register_stream(int64 stream_id) {
   ts->max_id = 0;
   ts->floor = floor;
   ts->count = 0;
+  ts->applied = false;
+  // Read again now that the slot is visible: a worker that did not see the
+  // slot read the hold before this, and the hold only moves up.
+  ts->late_floor = floor;
+  if (applied) {
+    const int64 hold = shmem::applied_hold(e, now_us);
+    const int64 max = (int64)pg_atomic_read_u64(&e->max_committed);
+    ts->late_floor = hold == shmem::kNoHold ? max : Min(max, hold);
+  }
   tx.registered = true;
   wal::log_floor(stream_id, floor); // before any id is drawn, like the slot
   return ts;
@@ -330,6 +353,12 @@ void log_commit(bool fits) {
 // Runs at XACT_EVENT_COMMIT: nothing here may fail.
 void publish_commit() {
   shmem::Shared *s = shmem::shared();
+  // Before the committed maxima move: no horizon passes these rows' ids
+  // before the hold is in force.
+  for (int i = 0; i < tx.nstreams; i++)
+    if (tx.streams[i].applied)
+      shmem::applied_hold_start(tx.streams[i].entry, (int64)GetCurrentTimestamp(),
+                                (int64)guc::logical_hold_ms * 1000);
   Size need = 0;
   for (int64 i = 0; i < tx.nrows; i++)
     need += record_size(&tx.rows[i]);
@@ -519,18 +548,20 @@ void note_catalog_change() { tx.catalog_changed = true; }
 
 void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
   static LocalTransactionId warned = InvalidLocalTransactionId;
-  TxStream *ts = register_stream(stream_id);
-  if (msg_id <= ts->floor) {
+  TxStream *ts = register_stream(stream_id, true);
+  if (msg_id <= ts->late_floor) {
     if (warned != MyProc->lxid)
       ereport(WARNING,
               (errmsg("pgbus_stream: replicated msg_id " INT64_FORMAT " is not above " INT64_FORMAT
-                      ", the highest id already committed to this stream: its subscribers here "
+                      ", what cursors of this stream may already cover: its subscribers here "
                       "will not get it",
-                      msg_id, ts->floor),
-               errhint("On the publisher, ids of this queue were committed out of order.")));
+                      msg_id, ts->late_floor),
+               errhint("On the publisher, ids of this queue were committed out of order, further "
+                       "apart than pgbus_stream.logical_hold.")));
     warned = MyProc->lxid;
     return;
   }
+  ts->applied = true;
   char *payload = nullptr;
   uint32 lens[3] = {0, 0, 0};
   uint64 exclude = 0;

@@ -159,6 +159,8 @@ void shmem_startup() {
       pg_atomic_init_u32(&s->streams[i].backend_holds, 0);
       pg_atomic_init_u32(&s->streams[i].worker_holds, 0);
       pg_atomic_init_u64(&s->streams[i].ephemeral_seq, 0);
+      pg_atomic_init_u32(&s->streams[i].hold_active, 0);
+      SpinLockInit(&s->streams[i].hold_lock);
       init_stream_stats(&s->streams[i].stats);
     }
     for (int i = 0; i < s->nslots; i++) {
@@ -251,6 +253,7 @@ StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder) {
       pg_atomic_write_u64(&e->events, 0);
       pg_atomic_write_u32(&e->subscriber_workers, 0);
       pg_atomic_write_u64(&e->ephemeral_seq, 0);
+      pg_atomic_write_u32(&e->hold_active, 0); // unheld: nobody reads it meanwhile
       init_stream_stats(&e->stats);
       pg_write_barrier();
       e->stream_id = stream_id;

@@ -59,6 +59,12 @@ struct StreamEntry {
   // Ephemeral broadcasts committed (numbered in ring order, under the ring
   // lock, also when they could not be put in the ring): readers see losses.
   pg_atomic_uint64 ephemeral_seq;
+  // Rows applied by logical replication: the hold that keeps every horizon
+  // of the stream below them for a while (shmem/applied_hold.hpp). The
+  // atomic says whether one is in force; the rest is under hold_lock.
+  pg_atomic_uint32 hold_active;
+  slock_t hold_lock;
+  int64 hold, hold_next, hold_moved_us, hold_window_us;
   StreamStats stats;
 };
 

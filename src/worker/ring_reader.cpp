@@ -1,12 +1,14 @@
 // RingReader: copies this worker's unread part of the commit ring under the
 // ring lock (shared mode) and parses it after releasing the lock.
 #include "worker/ring_reader.hpp"
+#include "shmem/applied_hold.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 
 extern "C" {
 #include "postgres.h"
 #include "storage/lwlock.h"
+#include "utils/timestamp.h"
 }
 
 namespace pgbs::worker {
@@ -86,6 +88,19 @@ void read_horizon_bounds(uint32_t dboid, int holder, const std::vector<int64_t> 
                                     e ? (int64_t)pg_atomic_read_u64(&e->max_committed) : 0);
   }
   pg_memory_barrier();
+  // Streams logical replication writes: their holds, read after the maxima
+  // (a commit starts its hold before it raises the maximum).
+  int64 now_us = 0;
+  for (size_t k = 0; k < stream_ids.size(); ++k) {
+    shmem::StreamEntry *e = (*entries)[k];
+    if (e == nullptr || pg_atomic_read_u32(&e->hold_active) == 0)
+      continue;
+    if (now_us == 0)
+      now_us = (int64)GetCurrentTimestamp();
+    const int64 hold = shmem::applied_hold(e, now_us);
+    if (hold != shmem::kNoHold)
+      out->lower_floor(stream_ids[k], hold);
+  }
   // Only slots whose bit is set can hold entries (see Shared::active_slots).
   for (int w = 0; w < (s->nslots + 63) / 64; w++) {
     uint64 bits = pg_atomic_read_u64(&s->active_slots[w]);

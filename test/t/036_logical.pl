@@ -16,11 +16,11 @@ use lib "$FindBin::Bin/../lib";
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
-use PgbusNode;
+use PgbusNode qw(token_covers);
 use PsqlSession;
 
 my $pub = PgbusNode->new('pub', conf => "wal_level = logical\nmax_wal_senders = 4\nmax_replication_slots = 4\n");
-my $sub = PgbusNode->new('sub');
+my $sub = PgbusNode->new('sub', conf => "pgbus_stream.logical_hold = 0\n");
 $pub->create_stream('lr');
 $sub->create_stream('lr');
 is( $sub->safe_psql('postgres',
@@ -70,17 +70,35 @@ is( $sub->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.q_pgbus_lr'),
 
 # ---- ids committed out of order on the publisher ------------------------------------------
 # T1 draws an id, T2 draws the next and commits first: the publisher streams
-# both (its horizon waits for T1). The subscriber applies T2 first; T1's id
-# is then below what it already committed, so its subscribers cannot get it:
-# the row is applied (replication goes on) and a WARNING says so.
+# both (its horizon waits for T1). The subscriber applies T2 first, then T1:
+# T1's id arrives below one already committed there.
+sub late_id
 {
+	return $pub->safe_psql('postgres',
+		qq{SELECT msg_id FROM pgbus_stream.q_pgbus_lr WHERE message->>'html' = '$_[0]'});
+}
+
+# Out of order: T1 draws ($late), T2 draws the next ($early), commits and is
+# applied on the subscriber (and $before is called), then T1 commits.
+sub out_of_order
+{
+	my ($late, $early, $before) = @_;
 	my $t1 = psql_session($pub);
 	session_query($t1, 'BEGIN');
-	session_query($t1, q{SELECT pgbus_stream.broadcast('lr', 'late')});
-	$pub->broadcast('lr', 'early');
+	session_query($t1, qq{SELECT pgbus_stream.broadcast('lr', '$late')});
+	$pub->broadcast('lr', $early);
+	$pub->wait_for_catchup('lr_sub');
+	$before->() if $before;
 	session_query($t1, 'COMMIT');
 	session_end($t1);
 	$pub->wait_for_catchup('lr_sub');
+	return;
+}
+
+# With pgbus_stream.logical_hold = 0 (this subscriber's setting so far) the
+# late row is applied, reported and not streamed.
+{
+	out_of_order('late', 'early');
 	$on_pub->wait_for_data_events(scalar(@expect) + 2, 15);
 	is(datas($on_pub), join('|', @expect, 'early', 'late'), 'publisher: both, in commit order');
 	is( $sub->safe_psql('postgres',
@@ -89,13 +107,58 @@ is( $sub->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.q_pgbus_lr'),
 	my $deadline = time + 10;
 	sleep 0.1 while time < $deadline && slurp_file($sub->logfile) !~ /replicated msg_id \d+ is not above/;
 	like(slurp_file($sub->logfile), qr/WARNING:  pgbus_stream: replicated msg_id \d+ is not above \d+/,
-		'subscriber: the late id is reported');
+		'logical_hold = 0: the late id is reported');
 	send_one('after the late one');
 	$pub->wait_for_catchup('lr_sub');
 	$on_sub->wait_for_data_events(scalar @expect, 15);
 	is(datas($on_sub), join('|', @expect[0 .. $#expect - 1], 'early', $expect[-1]),
-		'subscriber: streaming goes on (the late row is the one not streamed)');
+		'logical_hold = 0: streaming goes on (the late row is the one not streamed)');
 	@expect = (@expect[0 .. $#expect - 1], 'early', 'late', $expect[-1]);
+	$on_sub->close;
+	$on_sub = $sub->open_stream('lr');
+	is($on_sub->status, 200, 'a new client on the subscriber');
+}
+
+# With the hold (5 s, the default) cursors on the subscriber stay below what was
+# applied lately, so the late row is streamed once: live to connected
+# clients, and to a client that left after T2's row and comes back with its
+# last id. No report.
+{
+	$sub->safe_psql('postgres', q{ALTER SYSTEM SET pgbus_stream.logical_hold = '5s'});
+	$sub->safe_psql('postgres', q{SELECT pg_reload_conf()});
+	sleep 1; # the apply worker reads it at its next message
+	my $warnings = () = slurp_file($sub->logfile) =~ /replicated msg_id \d+ is not above/g;
+	send_one('hold starts');
+	$pub->wait_for_catchup('lr_sub');
+	$on_sub->wait_for_data_events(1, 15);
+	my $mover = $sub->open_stream('lr');
+	is($mover->status, 200, 'hold: a second client on the subscriber');
+	my $n = 0;
+	my $left_at;
+	out_of_order(
+		'late 2', 'early 2',
+		sub {
+			ok($mover->wait_for_data_events(1, 15), 'hold: the moving client has T2\'s row');
+			$left_at = ($mover->data_events)[-1];
+			$mover->close;
+		});
+	my $late = late_id('late 2');
+	is($left_at->{data}, 'early 2', 'hold: T2\'s row came first');
+	ok(!token_covers($left_at->{id}, $late), "hold: its cursor ($left_at->{id}) leaves T1's id $late out");
+	push @expect, 'early 2', 'late 2';
+	$on_sub->wait_for_data_events(3, 15);
+	is(datas($on_sub), 'hold starts|early 2|late 2', 'hold: a connected client gets the late row live, once');
+	my $back = $sub->open_stream('lr', headers => { 'Last-Event-ID' => $left_at->{id} });
+	is($back->status, 200, 'hold: the moving client reconnects with its last id');
+	send_one('after the hold');
+	$pub->wait_for_catchup('lr_sub');
+	$back->wait_for_data_events(2, 15);
+	$on_sub->wait_for_data_events(4, 15);
+	is(datas($back), 'late 2|after the hold', 'hold: the reconnect gets the late row once, then live ones');
+	is(datas($on_sub), 'hold starts|early 2|late 2|after the hold', 'hold: the connected client, still once each');
+	my $now = () = slurp_file($sub->logfile) =~ /replicated msg_id \d+ is not above/g;
+	is($now, $warnings, 'hold: nothing reported');
+	$back->close;
 }
 
 # ---- the subscriber restarts; the client resumes with its last id --------------------------
