@@ -64,7 +64,7 @@ chmod 755 "$WORK"
 [ $IS_ROOT = 1 ] && chown "$OSUSER" "$WORK"
 DATA="$WORK/data"
 mkdir -p "$OUT"
-rm -f "$OUT"/*.png "$OUT"/postgres.log "$OUT"/postgres.log.expected_signals
+rm -f "$OUT"/*.png "$OUT"/postgres.log "$OUT"/postgres.log.expected_signals "$OUT"/standby.log
 
 cleanup() {
   local rc=$?
@@ -72,6 +72,10 @@ cleanup() {
   if [ -n "${TEST_PID:-}" ]; then
     kill -TERM "$TEST_PID" 2>/dev/null || true
     wait "$TEST_PID" 2>/dev/null || true
+  fi
+  # The hot standby tests/08-edge.js makes beside the cluster, if it is still up.
+  if [ -f "$WORK/standby/postmaster.pid" ]; then
+    "${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/standby" -m immediate stop >/dev/null 2>&1 || true
   fi
   if [ -f "$DATA/postmaster.pid" ]; then
     "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -m fast -t 20 stop >/dev/null 2>&1 ||
