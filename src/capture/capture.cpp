@@ -74,6 +74,7 @@ struct PendingRow {
   bool ephemeral; // no table row: never dropped from local memory
   uint32 data_len, event_len, visible_len;
   uint64 exclude; // broadcast's exclude: a connection id (0: none)
+  bool late;      // applied at or below late_floor: announced, not streamed (Kind::Late)
 };
 
 Size record_size(const PendingRow *r) {
@@ -191,10 +192,11 @@ TxStream *register_stream(int64 stream_id, bool applied = false) {
 // bytes in publish_ephemeral().
 void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_len = 0,
              uint32 event_len = 0, uint32 visible_len = 0, bool ephemeral = false,
-             uint64 exclude = 0) {
+             uint64 exclude = 0, bool late = false) {
   // The horizon may already have passed an id at or below the floor: a
-  // subscriber would never get this row. Refused here, never skipped.
-  if (msg_id <= ts->floor)
+  // subscriber would never get this row. Refused here, never skipped (a
+  // replicated row cannot be refused: it is announced, collect_applied).
+  if (msg_id <= ts->floor && !late)
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("pgbus_stream: msg_id " INT64_FORMAT " is not above " INT64_FORMAT
@@ -246,6 +248,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   r->event_len = event_len;
   r->visible_len = visible_len;
   r->exclude = exclude;
+  r->late = late;
 }
 
 void clear_slot() {
@@ -311,9 +314,10 @@ void wake_workers(bool all) {
 // The ring record of r, but for its ephemeral sequence number.
 void fill_header(ring::Header *h, const PendingRow *r) {
   h->len = (uint32)record_size(r);
-  h->kind = r->ephemeral ? ring::Kind::Inline
-            : r->payload ? ring::Kind::RowInline
-                         : ring::Kind::Row;
+  h->kind = r->late        ? ring::Kind::Late
+            : r->ephemeral ? ring::Kind::Inline
+            : r->payload   ? ring::Kind::RowInline
+                           : ring::Kind::Row;
   h->stream_id = r->stream_id;
   h->msg_id = r->msg_id;
   h->data_len = r->data_len;
@@ -554,11 +558,12 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
       ereport(WARNING,
               (errmsg("pgbus_stream: replicated msg_id " INT64_FORMAT " is not above " INT64_FORMAT
                       ", what cursors of this stream may already cover: its subscribers here "
-                      "will not get it",
+                      "are told it is missing instead",
                       msg_id, ts->late_floor),
                errhint("On the publisher, ids of this queue were committed out of order, further "
                        "apart than pgbus_stream.logical_hold.")));
     warned = MyProc->lxid;
+    collect(ts, msg_id, nullptr, 0, 0, 0, false, 0, true);
     return;
   }
   ts->applied = true;

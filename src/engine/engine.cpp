@@ -183,6 +183,8 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     auto sit = streams_.find(e.stream_id);
     if (sit == streams_.end() || sit->second->conns.empty())
       continue;
+    if (e.late && sit->second->pos.covers(e.msg_id))
+      continue; // not read: announced (late())
     if (to_read == std::max<size_t>(cfg_.replay_page_size, 1))
       break;
     wanted[e.stream_id].push_back(e.msg_id);
@@ -206,6 +208,10 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     if (sit == streams_.end())
       continue;
     Stream &st = *sit->second;
+    if (e.late && st.pos.covers(e.msg_id)) {
+      late(st, e.msg_id);
+      continue;
+    }
     if (e.has_payload) {
       if (e.ephemeral && e.ephemeral_seq > 0) {
         if (e.ephemeral_seq > st.ephemeral_seq + 1)
@@ -360,6 +366,22 @@ void Engine::deleted(Stream &st, int64_t id) {
   remember_unread(st, id); // for those that page past it later
   st.pos.add(id);
   st.token_stale = true;
+  flush_stats(st, 0);
+}
+
+// A row logical replication applied at or below what the stream's cursors
+// may cover (later than logical_hold, capture/applied.cpp), and this stream
+// did: a subscription whose position covers it can no longer get it and is
+// told which id; one below it pages it from the table (the tail, which
+// never held it, is dropped). A late row above the stream's position is
+// dispatched as any row.
+void Engine::late(Stream &st, int64_t id) {
+  batch_.failed++;
+  st.tail_drop(id);
+  for (Connection *c : std::vector<Connection *>(st.conns))
+    for (size_t k = 0; k < c->subs.size(); ++k)
+      if (c->subs[k].st == &st && c->subs[k].position().covers(id))
+        notice(*c, k, "\"reason\":\"late\",\"ids\":[" + std::to_string(id) + "]");
   flush_stats(st, 0);
 }
 

@@ -184,6 +184,7 @@ private:
   void unread(Stream &st, int64_t id);
   void remember_unread(Stream &st, int64_t id);
   void deleted(Stream &st, int64_t id);
+  void late(Stream &st, int64_t id);
   void ephemeral_lost(Stream &st, uint64_t lost);
   void advance_horizons(const HorizonBounds &b);
   void catch_up_all();

@@ -62,14 +62,16 @@ bool parse(const char *buf, size_t len, uint32_t dboid, std::vector<Event> *out,
     (*records)++;
     if (h.dboid != dboid)
       continue;
-    if (h.kind != Kind::Row && h.kind != Kind::Inline && h.kind != Kind::RowInline)
+    if (h.kind != Kind::Row && h.kind != Kind::Inline && h.kind != Kind::RowInline &&
+        h.kind != Kind::Late)
       continue;
     Event ev;
     ev.stream_id = h.stream_id;
     ev.msg_id = h.msg_id;
     ev.commit_us = h.commit_us;
     ev.exclude = h.exclude;
-    if (h.kind != Kind::Row) {
+    ev.late = h.kind == Kind::Late;
+    if (h.kind == Kind::Inline || h.kind == Kind::RowInline) {
       ev.has_payload = true;
       ev.ephemeral = h.kind == Kind::Inline;
       ev.ephemeral_seq = ev.ephemeral ? h.ephemeral_seq : 0;

@@ -16,7 +16,9 @@ namespace pgbs::ring {
 // Row: a row committed into a stream's queue table (payload in the table).
 // Inline: an ephemeral broadcast; its payload follows (no table row).
 // RowInline: a table row whose payload was small enough to travel too.
-enum class Kind : uint32_t { Row = 1, Inline = 2, RowInline = 4 };
+// Late: a table row logical replication applied at or below what cursors of
+// the stream may already cover (capture/applied.cpp); no payload.
+enum class Kind : uint32_t { Row = 1, Inline = 2, RowInline = 4, Late = 8 };
 
 // One record. `len` is the whole record, 8-byte aligned; the payload (data,
 // event, visible_to, back to back) follows the header.
@@ -55,6 +57,7 @@ struct Event {
   int64_t commit_us = 0;
   bool has_payload = false; // data/event/visible_to below
   bool ephemeral = false;   // and no table row
+  bool late = false;        // Kind::Late
   uint64_t ephemeral_seq = 0;
   uint64_t exclude = 0; // the connection that must not get it (0: none)
   std::string data, event, visible_to;

@@ -108,9 +108,14 @@ sub out_of_order
 	sleep 0.1 while time < $deadline && slurp_file($sub->logfile) !~ /replicated msg_id \d+ is not above/;
 	like(slurp_file($sub->logfile), qr/WARNING:  pgbus_stream: replicated msg_id \d+ is not above \d+/,
 		'logical_hold = 0: the late id is reported');
+	my $late = late_id('late');
+	ok($on_sub->wait_until(sub { grep { ($_->{event} // '') eq 'pgbus:gap-detected' } $on_sub->events }, 10),
+		'logical_hold = 0: the connected client is told');
+	my ($gap) = grep { ($_->{event} // '') eq 'pgbus:gap-detected' } $on_sub->events;
+	like($gap->{data} // '', qr/"reason":"late","ids":\[$late\]/, "... that id $late is missing");
 	send_one('after the late one');
 	$pub->wait_for_catchup('lr_sub');
-	$on_sub->wait_for_data_events(scalar @expect, 15);
+	$on_sub->wait_for_data_events(scalar(@expect) + 1, 15); # and 'early'
 	is(datas($on_sub), join('|', @expect[0 .. $#expect - 1], 'early', $expect[-1]),
 		'logical_hold = 0: streaming goes on (the late row is the one not streamed)');
 	@expect = (@expect[0 .. $#expect - 1], 'early', 'late', $expect[-1]);

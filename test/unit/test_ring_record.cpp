@@ -86,6 +86,21 @@ TEST(RingRecord, RoundTripAcrossTheWrapAround) {
   EXPECT_EQ(ev[2].commit_us, 7);
 }
 
+TEST(RingRecord, LateRecordCarriesItsIdOnly) {
+  Ring r(256);
+  const uint64_t start = r.head;
+  r.put(1, Kind::Late, 5, 9, "");
+  r.put(1, Kind::Row, 5, 12, "");
+  bool lapped;
+  uint64_t records = 0;
+  std::vector<Event> ev = read_all(r, start, 1, &lapped, &records);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_TRUE(ev[0].late);
+  EXPECT_FALSE(ev[0].has_payload);
+  EXPECT_EQ(ev[0].msg_id, 9);
+  EXPECT_FALSE(ev[1].late);
+}
+
 TEST(RingRecord, LapIsDetected) {
   Ring r(256);
   const uint64_t reader = r.head;
