@@ -43,4 +43,5 @@ extern bool standby_records; // capture writes WAL records for hot standbys
 extern int stats_max_age_s;
 extern int max_pending_streams; // awaited streams in shared memory (restart)
 extern int negative_cache_size;
+extern int stream_linger_ms; // a stream without connections keeps its shared-memory entry this long
 } // namespace pgbs::guc

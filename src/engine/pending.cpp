@@ -82,6 +82,12 @@ bool Engine::settle_pending() {
         continue;
       }
     }
+    if (now_us_ < pending_retry_us_ && !st->awake)
+      continue;
+    if (wake(*st) != Wake::Ok) {
+      pending_retry_us_ = now_us_ + 100 * 1000;
+      continue;
+    }
     if (st->first_bounds) {
       needs_round = true;
       continue;
