@@ -103,6 +103,9 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     if (status == 404) {
       // Authorised for a stream that does not exist yet (the gem creates its
       // queue at the first broadcast): the subscription waits for it.
+      if (req.presence)
+        if (int refused = auth::Gate::authorize_presence(who, name, &why))
+          return reject(refused, "presence: " + why + "\n");
       for (const PendingSub &p : c->pending)
         if (p.name == name)
           return reject(400, "stream named twice: " + name + "\n");

@@ -118,6 +118,8 @@ public:
   // stream is loaded but not bounded yet: run a full round, then call again.
   bool settle_pending();
   size_t pending_count() const { return pending_subs_; }
+  // Connections whose waiting subscriptions started since the last call.
+  std::vector<uint64_t> take_born() { return std::exchange(born_conns_, {}); }
   // The streams whose horizon bounds the next round needs (every stream when
   // `full`, else the ones with connections here, all at least every 100 ms).
   const std::vector<int64_t> &round_streams(bool full);
@@ -236,6 +238,7 @@ private:
   std::vector<Stream *> awake_; // streams holding their entry (the full rounds' streams)
   std::vector<Stream *> idle_;  // awake streams without connections (some may have one again)
   uint64_t round_no_ = 0;
+  std::vector<uint64_t> born_conns_;
   std::vector<Stream *> unsettled_; // woken with the entry's ephemeral count, before a drain
   int64_t last_release_us_ = 0;
   std::vector<int64_t> round_ids_;

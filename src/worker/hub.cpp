@@ -225,6 +225,20 @@ void Hub::cycle(bool full) {
     // what its producers committed before this worker watched it.
     if (engine_.settle_pending() || engine_.pending_count() != waiting)
       SetLatch(MyLatch);
+    // Their streams were born: presence counts them there from now on, and
+    // a ?presence=1 connection gets that stream's snapshot and changes.
+    for (uint64_t id : engine_.take_born()) {
+      std::vector<std::pair<int64_t, std::string>> streams;
+      std::optional<std::string> sub;
+      bool wants = false;
+      if (!engine_.presence_of(id, &streams, &sub, &wants))
+        continue;
+      membership_++;
+      if (wants) {
+        presence_.remove(id);
+        presence_.add(id, streams);
+      }
+    }
   }
   publish_lookup_figures();
 }
