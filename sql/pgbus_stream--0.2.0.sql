@@ -409,11 +409,12 @@ END $$;
 -- workers() shows each running worker process and its counters;
 -- catalog_reads counts the catalog queries it ran (an unknown stream name
 -- asked again costs none), pending its subscriptions waiting for a stream
--- that does not exist yet.
+-- that does not exist yet, streams the shared-memory stream entries it holds
+-- (streams with connections there, or left within stream_linger).
 CREATE FUNCTION @extschema@.workers(
   OUT worker int, OUT pid int, OUT connections bigint, OUT delivered bigint, OUT overflow_dropped bigint,
   OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint,
-  OUT catalog_reads bigint, OUT pending bigint)
+  OUT catalog_reads bigint, OUT pending bigint, OUT streams bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
 
 -- connections() shows each live SSE connection (refreshed by its worker

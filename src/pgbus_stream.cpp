@@ -63,6 +63,7 @@ int stats_max_age_s = 7 * 86400;
 int max_pending_streams = 1024;
 int negative_cache_size = 10000;
 int logical_hold_ms = 5000;
+int stream_linger_ms = 5000;
 } // namespace pgbs::guc
 
 static shmem_request_hook_type prev_shmem_request_hook = nullptr;
@@ -177,6 +178,14 @@ static void define_gucs() {
       "A subscription with a credential for a stream whose queue does not exist yet waits "
       "for it; beyond this many distinct streams it is answered 503.",
       &max_pending_streams, 1024, 1, 100000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.stream_linger",
+      "How long a worker keeps a stream's shared-memory entry after its last connection "
+      "there left.",
+      "A reconnect within it finds the stream as it was; after it, or at once when few of "
+      "max_streams entries are left, the entry is given back and a later subscription reads "
+      "the stream's position from its table.",
+      &stream_linger_ms, 5000, 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "pgbus_stream.negative_cache_size",
       "Unknown stream names each worker remembers, so that asking again reads no catalog.",

@@ -44,4 +44,5 @@ extern int stats_max_age_s;
 extern int max_pending_streams; // awaited streams in shared memory (restart)
 extern int negative_cache_size;
 extern int logical_hold_ms; // horizons held below rows applied by logical replication
+extern int stream_linger_ms; // a stream without connections keeps its shared-memory entry this long
 } // namespace pgbs::guc

@@ -103,6 +103,9 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     if (status == 404) {
       // Authorised for a stream that does not exist yet (the gem creates its
       // queue at the first broadcast): the subscription waits for it.
+      if (req.presence)
+        if (int refused = auth::Gate::authorize_presence(who, name, &why))
+          return reject(refused, "presence: " + why + "\n");
       for (const PendingSub &p : c->pending)
         if (p.name == name)
           return reject(400, "stream named twice: " + name + "\n");
@@ -131,6 +134,16 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   if (!req.subscriber.empty())
     if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why))
       return reject(status, why + "\n");
+  for (const Sub &s : c->subs)
+    switch (wake(*s.st)) { // its shared-memory entry, and a position from the table
+    case Wake::Ok:
+      break;
+    case Wake::ReadFailed:
+      return reject(503, "stream unavailable: cannot read its queue, retry\n");
+    case Wake::NoRoom:
+      return reject(503, "stream unavailable: shared memory tracks too many streams at once "
+                         "(pgbus_stream.max_streams), retry\n");
+    }
   if (!again && !c->subs.empty() && !bounded)
     return false; // positions are taken from the streams: bring them up to date first
   if (!again)
@@ -316,6 +329,7 @@ void Engine::closed(uint64_t conn_id) {
     if (v.empty()) {
       watched_.erase(std::remove(watched_.begin(), watched_.end(), s.st), watched_.end());
       obs_.watched(s.st->handle, false);
+      idle(*s.st); // released after the linger (lifetime.cpp)
     }
   }
   sink_.release(c->ref);

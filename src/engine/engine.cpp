@@ -34,7 +34,7 @@ Engine::~Engine() {
     ids.push_back(id);
   for (uint64_t id : ids)
     closed(id);
-  for (auto &[id, st] : streams_)
+  for (Stream *st : awake_)
     obs_.release_stream(st->handle);
 }
 
@@ -76,18 +76,11 @@ bool Engine::load_streams(const CatalogFilter &which) {
       it->second->info.retention_floor = floor;
       continue;
     }
+    // Loaded dormant (no shared-memory entry): a subscription wakes it
+    // (lifetime.cpp), which reads the tables' maximum again.
     auto st = std::make_unique<Stream>();
-    st->handle = obs_.stream_handle(si.id, si.max_committed);
     st->pos.epoch = si.id;
-    // The horizon comes from the first round's bounds (a producer in flight
-    // may hold ids below the table's maximum); rows up to the maximum were
-    // never dispatched by this process.
     st->tail_floor = si.max_committed;
-    st->lost_upto = si.max_committed;
-    // Ephemeral broadcasts committed before this process started are gone
-    // for it: a cursor below this point hears so.
-    st->ephemeral_seq = obs_.ephemeral_seq(st->handle);
-    st->first_bounds = true;
     st->info = std::move(si);
     by_name_[st->info.name] = st->info.id;
     streams_[st->info.id] = std::move(st);
@@ -119,10 +112,13 @@ void Engine::drop_stream(int64_t id, const char *reason) {
   auto bn = by_name_.find(it->second->info.name);
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
-  watched_.erase(std::remove(watched_.begin(), watched_.end(), it->second.get()), watched_.end());
-  eph_checks_.erase(std::remove(eph_checks_.begin(), eph_checks_.end(), it->second.get()),
-                    eph_checks_.end());
-  obs_.release_stream(it->second->handle);
+  Stream *st = it->second.get();
+  watched_.erase(std::remove(watched_.begin(), watched_.end(), st), watched_.end());
+  eph_checks_.erase(std::remove(eph_checks_.begin(), eph_checks_.end(), st), eph_checks_.end());
+  if (st->idle_listed)
+    idle_.erase(std::remove(idle_.begin(), idle_.end(), st), idle_.end());
+  unsettled_.erase(std::remove(unsettled_.begin(), unsettled_.end(), st), unsettled_.end());
+  sleep(*st);
   streams_.erase(it);
 }
 
@@ -148,7 +144,7 @@ const std::vector<int64_t> &Engine::round_streams(bool full) {
     round_handles_.push_back(st.handle);
   };
   if (full)
-    for (auto &[id, st] : streams_)
+    for (Stream *st : awake_) // a dormant stream needs no horizon (lifetime.cpp)
       include(*st);
   else
     for (Stream *st : watched_)
@@ -208,6 +204,25 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     if (sit == streams_.end())
       continue;
     Stream &st = *sit->second;
+    if (!st.awake) {
+      // Dormant: its position restarts from the table when it wakes; its
+      // ephemeral broadcasts exist nowhere else, so they are retained.
+      if (e.has_payload && e.ephemeral) {
+        st.ephemeral_seq = std::max(st.ephemeral_seq, e.ephemeral_seq);
+        Row row;
+        row.msg_id = e.msg_id;
+        row.commit_us = e.commit_us;
+        row.ephemeral = true;
+        row.data = std::move(e.data);
+        if (!e.event.empty())
+          row.event = std::move(e.event);
+        if (!e.visible_to.empty())
+          row.visible_to = std::move(e.visible_to);
+        row.exclude = e.exclude;
+        retain_ephemeral(st, row);
+      }
+      continue;
+    }
     if (e.late && st.pos.covers(e.msg_id)) {
       late(st, e.msg_id);
       continue;
@@ -256,6 +271,12 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
 }
 
 void Engine::round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds) {
+  round_no_++;
+  release_idle();
+  for (Stream *st : unsettled_) // (see Engine::wake)
+    if (!complete)
+      st->ephemeral_floor_rounds = 2;
+  unsettled_.clear();
   // Ring events were lost: they came before some of these in commit order,
   // so nothing of this round goes live; every subscription pages instead.
   if (!complete)
@@ -290,10 +311,10 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
   }
   eph_checks_.clear();
   if (!complete) // compared after the next drain, which holds every record counted by now
-    for (auto &[id, st] : streams_) {
+    for (Stream *st : awake_) {
       st->ephemeral_check = true;
       st->ephemeral_check_at = obs_.ephemeral_seq(st->handle);
-      eph_checks_.push_back(st.get());
+      eph_checks_.push_back(st);
     }
   advance_horizons(bounds);
 }
@@ -403,8 +424,8 @@ void Engine::advance_horizons(const HorizonBounds &b) {
     return;
   for (const auto &[id, max] : b.max_committed) {
     auto sit = streams_.find(id);
-    if (sit == streams_.end())
-      continue;
+    if (sit == streams_.end() || !sit->second->awake)
+      continue; // gone, or released at the start of this round
     Stream *st = sit->second.get();
     int64_t h = max;
     if (const int64_t *f = b.floor_of(id))
@@ -420,8 +441,9 @@ void Engine::advance_horizons(const HorizonBounds &b) {
       // in its memory) are below the first committed maximum it reads.
       st->first_bounds = false;
       st->lost_upto = std::max(st->lost_upto, max);
-      if (st->ephemeral_seq > 0)
+      if (st->eph_unknown && (obs_.ephemeral_seq(st->handle) > 0 || obs_.ephemeral_forgotten()))
         st->evicted_floor = std::max(st->evicted_floor, max);
+      st->eph_unknown = false;
     }
     if (st->pos.horizon > st->published_horizon) {
       st->published_horizon = st->pos.horizon;
@@ -454,6 +476,10 @@ void Engine::advance_horizons(const HorizonBounds &b) {
 void Engine::catch_up_all() {
   counters_.overruns++;
   for (auto &[id, st] : streams_) {
+    if (!st->awake) {
+      st->lossy = true; // its ephemeral broadcasts may be gone: said at the wake
+      continue;
+    }
     for (Connection *c : st->conns)
       for (size_t k = 0; k < c->subs.size(); ++k)
         if (c->subs[k].st == st.get())

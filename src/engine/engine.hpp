@@ -40,6 +40,10 @@ struct Config {
   size_t max_token_bytes = cursor::kMaxTokenBytes; // per stream of a token
   size_t max_pending_streams = 1024;  // distinct streams this process waits for at once
   size_t negative_cache_size = 10000; // unknown names remembered (no catalog read when asked again)
+  // How long a stream without connections here keeps its shared-memory
+  // entry (a reconnect within it finds the stream as it was); released at
+  // once when the observer says entries run short.
+  int64_t stream_linger_us = 5 * 1000 * 1000;
 };
 
 // What bounds each stream's horizon, read from shared memory before the
@@ -114,6 +118,8 @@ public:
   // stream is loaded but not bounded yet: run a full round, then call again.
   bool settle_pending();
   size_t pending_count() const { return pending_subs_; }
+  // Connections whose waiting subscriptions started since the last call.
+  std::vector<uint64_t> take_born() { return std::exchange(born_conns_, {}); }
   // The streams whose horizon bounds the next round needs (every stream when
   // `full`, else the ones with connections here, all at least every 100 ms).
   const std::vector<int64_t> &round_streams(bool full);
@@ -145,6 +151,7 @@ public:
 
   const Counters &counters() const { return counters_; }
   size_t stream_count() const { return streams_.size(); }
+  size_t awake_count() const { return awake_.size(); }
   size_t connection_count() const { return conns_.size(); }
   // What connections() shows of one connection; false for unknown ids.
   bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
@@ -177,6 +184,14 @@ private:
   void forget_unknown();
   void unpend(const std::string &name, Connection *c);
   void start_pending(Stream &st);
+  // Takes the shared-memory entry of a dormant stream and restarts its
+  // position from the table's maximum; false (nothing changed) when the
+  // table or shared memory could not be read.
+  enum class Wake { Ok, ReadFailed, NoRoom };
+  Wake wake(Stream &st);
+  void sleep(Stream &st);
+  void idle(Stream &st);
+  void release_idle();
   Stream *hook(Stream *st);
   void drop_stream(int64_t id, const char *reason);
   size_t dispatch_slice(std::vector<ring::Event> &events, size_t begin);
@@ -221,6 +236,12 @@ private:
   std::vector<Connection *> paging_;
   std::vector<Connection *> subscriber_conns_;
   std::vector<Stream *> watched_;
+  std::vector<Stream *> awake_; // streams holding their entry (the full rounds' streams)
+  std::vector<Stream *> idle_;  // awake streams without connections (some may have one again)
+  uint64_t round_no_ = 0;
+  std::vector<uint64_t> born_conns_;
+  std::vector<Stream *> unsettled_; // woken with the entry's ephemeral count, before a drain
+  int64_t last_release_us_ = 0;
   std::vector<int64_t> round_ids_;
   std::vector<void *> round_handles_;
   int64_t last_full_us_ = -1;

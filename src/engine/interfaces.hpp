@@ -137,12 +137,19 @@ class Observer {
 public:
   virtual ~Observer() = default;
   // Held until release_stream(); `table_max` (the tables' highest msg_id)
-  // raises the stream's shared committed maximum.
+  // raises the stream's shared committed maximum. nullptr: shared memory
+  // has no room.
   virtual void *stream_handle(int64_t stream_id, int64_t table_max) = 0;
   virtual void release_stream(void *stream) = 0;
+  // Few handles are left: streams without connections release theirs now.
+  virtual bool streams_short() { return false; }
   // How many ephemeral broadcasts the stream's producers have committed
   // (numbered in ring order; see shmem/ring_record.hpp).
   virtual uint64_t ephemeral_seq(void *stream) = 0;
+  // A count that had numbered ephemeral broadcasts was lost since the node
+  // started (an entry reused): a stream's count no longer says whether it
+  // had any before this process.
+  virtual bool ephemeral_forgotten() { return false; }
   virtual void stream_figures(void *stream, const StreamDelta &d) = 0;
   virtual void subscribers(void *stream, int delta) = 0;
   // This process has (or no longer has) a connection on the stream: producers wake it.

@@ -82,6 +82,12 @@ bool Engine::settle_pending() {
         continue;
       }
     }
+    if (now_us_ < pending_retry_us_ && !st->awake)
+      continue;
+    if (wake(*st) != Wake::Ok) {
+      pending_retry_us_ = now_us_ + 100 * 1000;
+      continue;
+    }
     if (st->first_bounds) {
       needs_round = true;
       continue;
@@ -126,6 +132,7 @@ void Engine::start_pending(Stream &st) {
     obs_.subscribers(st.handle, 1);
     record_history(st.info.name, "connect", 0, 0);
     obs_.diagnostic(c->id, "subscribed", st.info.name, "stream born; since=" + conn_token(*c));
+    born_conns_.push_back(c->id); // its presence (rows, events) now names the stream
     const size_t k = c->subs.size() - 1;
     demote(*c, k, c->subs[k].pos.horizon + 1);
   }

@@ -20,8 +20,21 @@ struct Connection;
 
 struct Stream {
   StreamInfo info;
-  void *handle = nullptr;            // the observer's
-  cursor::StreamPosition pos;        // horizon + ids dispatched above it
+  // The observer's handle (a shared-memory entry) is held only while the
+  // stream is awake: it has connections here, or had within the linger, or
+  // a subscription is being opened on it. A dormant stream keeps its
+  // catalog row and its ephemeral retention, nothing of its position
+  // (Engine::wake rebuilds that from the table).
+  void *handle = nullptr;
+  bool awake = false;
+  bool woken_before = false;  // awake at least once since it was loaded
+  bool idle_listed = false;   // awake without connections: on Engine::idle_
+  int64_t idle_since_us = 0;  // since when (or since it woke)
+  bool lossy = false;         // ring events were lost while it was dormant
+  bool eph_unknown = false;   // first wake: ephemeral broadcasts from before this process are gone
+  size_t awake_pos = 0;       // index in Engine::awake_ while awake
+  uint64_t touched_round = 0; // the last round a subscription or a wake needed it
+  cursor::StreamPosition pos; // horizon + ids dispatched above it
   cursor::StreamPosition pos_before; // pos before the row being dispatched was added
   mutable std::string token;         // pos encoded (see Engine::token_of)
   mutable bool token_stale = true;   // pos changed since token was encoded

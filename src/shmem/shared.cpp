@@ -105,6 +105,9 @@ void shmem_startup() {
     pg_atomic_init_u64(&s->catalog_version, 1);
     pg_atomic_init_u64(&s->ring_overflows, 0);
     pg_atomic_init_u32(&s->sse_total, 0);
+    pg_atomic_init_u32(&s->streams_held, 0);
+    pg_atomic_init_u32(&s->streams_short, 0);
+    pg_atomic_init_u32(&s->ephemeral_forgotten, 0);
     pg_atomic_init_u64(&s->presence_gen, 0);
     pg_atomic_init_u32(&s->presence_workers, 0);
     for (int i = 0; i < kMaxWorkers; i++) {
@@ -156,8 +159,7 @@ void shmem_startup() {
       pg_atomic_init_u64(&s->streams[i].max_committed, 0);
       pg_atomic_init_u64(&s->streams[i].events, 0);
       pg_atomic_init_u32(&s->streams[i].subscriber_workers, 0);
-      pg_atomic_init_u32(&s->streams[i].backend_holds, 0);
-      pg_atomic_init_u32(&s->streams[i].worker_holds, 0);
+      pg_atomic_init_u64(&s->streams[i].holds, 0);
       pg_atomic_init_u64(&s->streams[i].ephemeral_seq, 0);
       pg_atomic_init_u32(&s->streams[i].hold_active, 0);
       SpinLockInit(&s->streams[i].hold_lock);
@@ -189,15 +191,33 @@ static StreamKey key_of(Oid dboid, int64 stream_id) {
   return k;
 }
 
-static bool held(StreamEntry *e) {
-  return pg_atomic_read_u32(&e->backend_holds) != 0 || pg_atomic_read_u32(&e->worker_holds) != 0;
+constexpr uint64 kBackendHold = UINT64CONST(1) << 32;
+static uint64 worker_bit(int w) { return UINT64CONST(1) << w; }
+
+static bool held(StreamEntry *e) { return pg_atomic_read_u64(&e->holds) != 0; }
+
+// `before` and `after` are the hold word around one atomic change: the
+// count of held entries moves exactly when the word leaves or reaches 0.
+static void count_holds(uint64 before, uint64 after) {
+  if (before == 0 && after != 0)
+    pg_atomic_fetch_add_u32(&g_shared->streams_held, 1);
+  else if (before != 0 && after == 0)
+    pg_atomic_fetch_sub_u32(&g_shared->streams_held, 1);
 }
 
 static void hold(StreamEntry *e, int holder) {
-  if (holder == kBackend)
-    pg_atomic_fetch_add_u32(&e->backend_holds, 1);
-  else
-    pg_atomic_fetch_or_u32(&e->worker_holds, 1u << holder);
+  if (holder == kBackend) {
+    const uint64 before = pg_atomic_fetch_add_u64(&e->holds, kBackendHold);
+    count_holds(before, before + kBackendHold);
+  } else {
+    const uint64 before = pg_atomic_fetch_or_u64(&e->holds, worker_bit(holder));
+    count_holds(before, before | worker_bit(holder));
+  }
+}
+
+static void unhold_worker(StreamEntry *e, int w) {
+  const uint64 before = pg_atomic_fetch_and_u64(&e->holds, ~worker_bit(w));
+  count_holds(before, before & ~worker_bit(w));
 }
 
 // The entry of key under streams_lock (either mode), or nullptr.
@@ -208,23 +228,32 @@ static StreamEntry *find_locked(const StreamKey &k) {
 
 // A place for a new entry, under streams_lock exclusive: a never-used one,
 // else the next unheld one after the sweep hand (its old key leaves the
-// index), else nullptr. Holds only change under the shared lock or by
-// release, so an entry seen unheld here stays unheld.
+// index), else nullptr. Entries that counted ephemeral broadcasts go last:
+// their count is what tells a worker started later that it missed some.
+// Holds only change under the shared lock or by release, so an entry seen
+// unheld here stays unheld.
 static StreamEntry *free_place() {
   Shared *s = g_shared;
   if (s->streams_used < s->max_streams)
     return &s->streams[s->streams_used++];
-  for (int k = 0; k < s->max_streams; k++) {
-    const int pos = s->sweep_hand;
+  StreamEntry *e = nullptr, *fallback = nullptr;
+  for (int k = 0; k < s->max_streams && e == nullptr; k++) {
+    StreamEntry *c = &s->streams[s->sweep_hand];
     s->sweep_hand = (s->sweep_hand + 1) % s->max_streams;
-    StreamEntry *e = &s->streams[pos];
-    if (held(e))
+    if (held(c))
       continue;
+    if (pg_atomic_read_u64(&c->ephemeral_seq) == 0)
+      e = c;
+    else if (fallback == nullptr)
+      fallback = c;
+  }
+  if (e == nullptr && (e = fallback) != nullptr)
+    pg_atomic_write_u32(&s->ephemeral_forgotten, 1);
+  if (e != nullptr) {
     StreamKey old = key_of(e->dboid, e->stream_id);
     (void)hash_search(g_index, &old, HASH_REMOVE, nullptr);
-    return e;
   }
-  return nullptr;
+  return e;
 }
 
 StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder) {
@@ -262,16 +291,41 @@ StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder) {
   if (e)
     hold(e, holder);
   LWLockRelease(s->streams_lock);
+  // A new entry was needed and few are left: the workers let go of the
+  // streams they no longer serve (once per shortage, see streams_relieved).
+  if (streams_short() && pg_atomic_exchange_u32(&s->streams_short, 1) == 0)
+    for (int i = 0; i < kMaxWorkers; i++)
+      if (Latch *l = s->worker_latch[i])
+        SetLatch(l);
   return e;
+}
+
+uint32 streams_held() { return pg_atomic_read_u32(&g_shared->streams_held); }
+
+bool streams_short() {
+  const uint32 left =
+      (uint32)g_shared->max_streams - Min(streams_held(), (uint32)g_shared->max_streams);
+  return left < (uint32)Max(g_shared->max_streams / 8, 2);
+}
+
+void streams_relieved() {
+  if (pg_atomic_read_u32(&g_shared->streams_short) != 0 && !streams_short())
+    pg_atomic_write_u32(&g_shared->streams_short, 0);
+}
+
+bool held_by_worker(const StreamEntry *e, int w) {
+  return (pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&e->holds)) & worker_bit(w)) != 0;
 }
 
 void release_stream(StreamEntry *e, int holder) {
   if (e == nullptr)
     return;
-  if (holder == kBackend)
-    pg_atomic_fetch_sub_u32(&e->backend_holds, 1);
-  else
-    pg_atomic_fetch_and_u32(&e->worker_holds, ~(1u << holder));
+  if (holder == kBackend) {
+    const uint64 before = pg_atomic_fetch_sub_u64(&e->holds, kBackendHold);
+    count_holds(before, before - kBackendHold);
+  } else {
+    unhold_worker(e, holder);
+  }
 }
 
 void raise_max_committed(Oid dboid, int64 stream_id, int64 id) {
@@ -295,7 +349,7 @@ void clear_subscriber_bits(int w) {
   pg_atomic_write_u32(&s->worker_polling[w], 0); // a previous process may have left it set
   for (int i = 0; i < s->max_streams; i++) {
     pg_atomic_fetch_and_u32(&s->streams[i].subscriber_workers, ~(1u << w));
-    pg_atomic_fetch_and_u32(&s->streams[i].worker_holds, ~(1u << w));
+    unhold_worker(&s->streams[i], w);
   }
 }
 

@@ -54,8 +54,10 @@ struct StreamEntry {
   // Bit w set while worker w has a connection on this stream: a committing
   // producer wakes only those workers (and any worker lagging in the ring).
   pg_atomic_uint32 subscriber_workers;
-  pg_atomic_uint32 backend_holds; // producer transactions holding the entry
-  pg_atomic_uint32 worker_holds;  // bit w: worker w holds the entry
+  // Who holds the entry: bit w (w < 32) for worker w, and the number of
+  // producer transactions above bit 32. One word, so that the moment the
+  // entry becomes held or unheld is exact (Shared::streams_held).
+  pg_atomic_uint64 holds;
   // Ephemeral broadcasts committed (numbered in ring order, under the ring
   // lock, also when they could not be put in the ring): readers see losses.
   pg_atomic_uint64 ephemeral_seq;
@@ -162,7 +164,17 @@ struct Shared {
   pg_atomic_uint64 ring_overflows; // producers that fell back to overrun (stats)
   int max_streams;
   int streams_used; // entries handed out at least once (the rest were never used)
-  int sweep_hand;   // next entry the reuse sweep looks at
+  // Entries held by someone (a worker or a producer transaction), and a flag
+  // a producer raises (waking the workers) when few are left, so that the
+  // workers give back the entries of streams they no longer serve at once
+  // instead of after their linger (see streams_short()).
+  pg_atomic_uint32 streams_held;
+  pg_atomic_uint32 streams_short;
+  // Set once an entry that had counted ephemeral broadcasts was reused: a
+  // worker that starts later cannot tell from a stream's new entry whether
+  // it missed some (engine: a first wake then announces them as expired).
+  pg_atomic_uint32 ephemeral_forgotten;
+  int sweep_hand; // next entry the reuse sweep looks at
   int nslots;
   Latch *worker_latch[kMaxWorkers];
   pg_atomic_uint64 worker_ring_pos[kMaxWorkers]; // how far each worker has read the ring
@@ -210,6 +222,15 @@ constexpr int kBackend = -1;
 // starts with max_committed 0). nullptr when every entry is held.
 StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder);
 void release_stream(StreamEntry *e, int holder);
+// Entries held now, and whether so few are left (under an eighth of
+// max_streams) that the workers should release idle ones at once.
+uint32 streams_held();
+bool streams_short();
+// A worker that released what it could: lowers the flag once entries are no
+// longer short, so the next shortage wakes the workers again.
+void streams_relieved();
+// Whether worker w holds the entry (workers().streams counts them).
+bool held_by_worker(const StreamEntry *e, int w);
 // Raises the committed maximum of an existing entry (no entry: nothing to do).
 void raise_max_committed(Oid dboid, int64 stream_id, int64 id);
 // A stream id that is new in the catalog starts from nothing, whatever an

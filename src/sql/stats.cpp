@@ -67,8 +67,8 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
       continue;
     pgbs::shmem::WorkerStats *w = &s->worker_stats[i];
     // 0.1.0's workers() declares the first nine columns: only those are read.
-    Datum values[11];
-    bool nulls[11] = {false};
+    Datum values[12];
+    bool nulls[12] = {false};
     values[0] = Int32GetDatum(i);
     values[1] = Int32GetDatum((int32)pid);
     values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&w->connections));
@@ -82,6 +82,11 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     pgbs::shmem::lookup_figures(i, &reads, &pending);
     values[9] = Int64GetDatum((int64)reads);
     values[10] = Int64GetDatum((int64)pending);
+    int64 held = 0; // a scan of max_streams entries: a monitoring call, not a hot path
+    for (int k = 0; k < s->max_streams; k++)
+      if (s->streams[k].dboid == MyDatabaseId && pgbs::shmem::held_by_worker(&s->streams[k], i))
+        held++;
+    values[11] = Int64GetDatum(held);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;

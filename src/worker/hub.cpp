@@ -31,6 +31,7 @@ engine::Config engine_config() {
   c.default_retention = guc::default_retention_s > 0 && !standby;
   c.max_pending_streams = (size_t)guc::max_pending_streams;
   c.negative_cache_size = (size_t)guc::negative_cache_size;
+  c.stream_linger_us = (int64_t)guc::stream_linger_ms * 1000;
   return c;
 }
 
@@ -67,7 +68,7 @@ namespace {
 shmem::StreamEntry *entry(void *h) { return static_cast<shmem::StreamEntry *>(h); }
 } // namespace
 
-// Held by this worker while the engine knows the stream (entries are reused
+// Held by this worker while the engine's stream is awake (entries are reused
 // once nobody holds them); a new entry starts at 0, so it is raised to the
 // tables' maximum.
 void *ShmemObserver::stream_handle(int64_t stream_id, int64_t table_max) {
@@ -80,6 +81,12 @@ void *ShmemObserver::stream_handle(int64_t stream_id, int64_t table_max) {
 void ShmemObserver::release_stream(void *stream) {
   if (stream)
     shmem::release_stream(entry(stream), worker_index_);
+}
+
+bool ShmemObserver::streams_short() { return shmem::streams_short(); }
+
+bool ShmemObserver::ephemeral_forgotten() {
+  return pg_atomic_read_u32(&shmem::shared()->ephemeral_forgotten) != 0;
 }
 
 uint64_t ShmemObserver::ephemeral_seq(void *stream) {
@@ -211,12 +218,27 @@ void Hub::cycle(bool full) {
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
   ring_poll_ms_ = reader_.after_drain(worker_index_, events_.size(), now_us);
   engine_.round(events_, complete, bounds_);
+  shmem::streams_relieved(); // the round released what it could
   if (engine_.pending_count() > 0) {
     const size_t waiting = engine_.pending_count();
     // Another round at once: to bound a stream just loaded, and to drain
     // what its producers committed before this worker watched it.
     if (engine_.settle_pending() || engine_.pending_count() != waiting)
       SetLatch(MyLatch);
+    // Their streams were born: presence counts them there from now on, and
+    // a ?presence=1 connection gets that stream's snapshot and changes.
+    for (uint64_t id : engine_.take_born()) {
+      std::vector<std::pair<int64_t, std::string>> streams;
+      std::optional<std::string> sub;
+      bool wants = false;
+      if (!engine_.presence_of(id, &streams, &sub, &wants))
+        continue;
+      membership_++;
+      if (wants) {
+        presence_.remove(id);
+        presence_.add(id, streams);
+      }
+    }
   }
   publish_lookup_figures();
 }

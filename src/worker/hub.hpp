@@ -48,7 +48,9 @@ public:
   ShmemObserver(uint32_t dboid, int worker_index) : dboid_(dboid), worker_index_(worker_index) {}
   void *stream_handle(int64_t stream_id, int64_t table_max) override;
   void release_stream(void *stream) override;
+  bool streams_short() override;
   uint64_t ephemeral_seq(void *stream) override;
+  bool ephemeral_forgotten() override;
   void stream_figures(void *stream, const engine::StreamDelta &d) override;
   void subscribers(void *stream, int delta) override;
   void watched(void *stream, bool on) override;

@@ -133,6 +133,21 @@ bool Source::apply_retention(const engine::StreamInfo &si, int batch, int64_t *r
   return true;
 }
 
+void *Obs::stream_handle(int64_t id, int64_t table_max) {
+  if (held_.count(id))
+    w_.fail("stream " + std::to_string(id) + " held twice");
+  held_.insert(id);
+  if (SimStream *s = by_id(w_, id))
+    s->max_committed = std::max(s->max_committed, table_max);
+  return reinterpret_cast<void *>(id);
+}
+
+void Obs::release_stream(void *stream) {
+  const int64_t id = (int64_t) reinterpret_cast<intptr_t>(stream);
+  if (!held_.erase(id))
+    w_.fail("stream " + std::to_string(id) + " released but not held");
+}
+
 uint64_t Obs::ephemeral_seq(void *stream) {
   SimStream *s = by_id(w_, (int64_t) reinterpret_cast<intptr_t>(stream));
   return s ? s->ephemeral_seq : 0;

@@ -30,6 +30,7 @@ World::World(Choices &c) : ch(c) {
   cfg.replay_page_size = 1 + ch.below(5);
   cfg.max_token_bytes = 40 + ch.below(200);
   cfg.overflow_policy = OverflowPolicy::Lag;
+  cfg.stream_linger_us = ch.chance(50) ? 0 : ch.below(30000); // rounds are 3 ms apart
   fail_percent = ch.chance(50) ? ch.below(30) : 0;
   ring_cap_ = 3 + ch.below(20);
   const int n = 1 + (int)ch.below(3);
@@ -446,6 +447,27 @@ void World::restart() {
   engine_->reload_catalog();
 }
 
+// Shared memory reuses the entries nobody holds (no awake stream of the
+// engine, no producer in flight): their committed maximum and ephemeral
+// count start again from 0, as a new entry's do. Only entries that never
+// counted an ephemeral broadcast are reused here: shared memory takes those
+// first, and a worker started after one with a count was reused cannot
+// know the ephemeral ids above the stream's last row it missed (a known
+// limit, docs/ARCHITECTURE.md, "Stream entries").
+void World::evict_entries() {
+  for (size_t i = 0; i < streams.size(); ++i) {
+    SimStream &s = streams[i];
+    bool written = false;
+    for (const Tx &tx : inflight_)
+      written |= tx.floors.count((int)i) != 0;
+    if (obs_.holds(s.id) || written || s.max_committed == 0 || s.ephemeral_seq > 0)
+      continue;
+    log("entry of " + s.name + " reused");
+    s.max_committed = 0;
+    s.ephemeral_seq = 0;
+  }
+}
+
 void World::step() {
   const uint32_t r = ch.below(100);
   if (trace && r >= 76)
@@ -494,6 +516,8 @@ void World::step() {
     restart();
   } else if (r < 95) {
     ring_cap_ = ch.chance(50) ? 1 : 3 + ch.below(20); // laps come and go
+  } else if (r < 96) {
+    evict_entries();
   } else {
     engine_->continue_paging();
   }

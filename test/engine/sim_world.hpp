@@ -163,8 +163,12 @@ private:
 class Obs : public engine::Observer {
 public:
   explicit Obs(World &w) : w_(w) {}
-  void *stream_handle(int64_t id, int64_t) override { return reinterpret_cast<void *>(id); }
-  void release_stream(void *) override {}
+  // A stream's shared-memory entry: held while the engine has it awake;
+  // an unheld one may be reused (World::evict_entries), which loses its
+  // committed maximum and ephemeral count.
+  void *stream_handle(int64_t id, int64_t table_max) override;
+  void release_stream(void *stream) override;
+  bool holds(int64_t id) const { return held_.count(id) != 0; }
   uint64_t ephemeral_seq(void *stream) override;
   void stream_figures(void *, const engine::StreamDelta &) override {}
   void subscribers(void *, int) override {}
@@ -175,6 +179,7 @@ public:
 
 private:
   World &w_;
+  std::set<int64_t> held_;
 };
 
 class World {
@@ -219,6 +224,7 @@ private:
   void check_token(Client &c, const std::string &token, const char *what);
   void check_bounds();
   void restart();
+  void evict_entries();
   void settle();
   void check_complete();
   int stream_by_epoch(int64_t epoch) const;
