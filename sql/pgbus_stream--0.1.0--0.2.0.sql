@@ -104,7 +104,6 @@ DECLARE s @extschema@.streams := @extschema@._stream(name);
         rel regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
 BEGIN
   IF rel IS NOT NULL THEN
-    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %s', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_applied ON %s', rel);
   END IF;
