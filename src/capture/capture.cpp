@@ -1,13 +1,14 @@
-// Capture: a BEFORE STATEMENT trigger publishes this backend's floor for the
-// stream (so the horizon never passes an id it may still insert), an AFTER
-// STATEMENT trigger with a transition table collects the new msg_ids in
-// backend-local memory, and the commit callback copies them into the shared
-// ring in one short critical section and sets the workers' latches.
+// Capture: the floor hooks (floor_hook.cpp) publish this backend's floor for
+// the stream before a statement draws any msg_id (so the horizon never passes
+// an id it may still insert), an AFTER INSERT FOR EACH ROW trigger collects
+// each new msg_id in backend-local memory, and the commit callback copies
+// them into the shared ring in one short critical section and sets the
+// workers' latches.
 //
 // This file uses only PostgreSQL's C API and plain structs (no C++ library
 // objects, nothing that throws), so a PostgreSQL error here never skips a C++
-// destructor. Everything that can fail happens in the triggers; the commit
-// callback only copies into the ring, bumps atomics and sets latches.
+// destructor. Everything that can fail happens in the hooks and triggers; the
+// commit callback only copies into the ring, bumps atomics and sets latches.
 #include "core/auth.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
 #include "capture/wal.hpp"
@@ -642,10 +643,10 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
 
 using namespace pgbs::capture;
 
-// pgbus_stream._capture(stream_id): BEFORE INSERT FOR EACH STATEMENT publishes
-// the floor before the statement draws any msg_id; AFTER INSERT FOR EACH ROW
-// collects each inserted row (or, on a queue hooked by 0.1.0, AFTER INSERT
-// FOR EACH STATEMENT collects them from the transition table).
+// pgbus_stream._capture(stream_id): AFTER INSERT FOR EACH ROW collects each
+// inserted row. On a queue hooked by 0.1.0 and not yet upgraded, BEFORE
+// INSERT FOR EACH STATEMENT publishes the floor and AFTER INSERT FOR EACH
+// STATEMENT collects the rows from the transition table.
 extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   if (!CALLED_AS_TRIGGER(fcinfo))
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
