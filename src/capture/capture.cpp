@@ -661,9 +661,9 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
                     "AFTER INSERT trigger with the stream id as its argument")));
   const int64 stream_id = trigger_stream_id(td->tg_trigger->tgoid, td->tg_trigger->tgargs[0]);
   Oid relid = RelationGetRelid(td->tg_relation);
-  // A partition fires its partitioned table's row trigger: the catalog names
-  // the partitioned table.
-  if (row && td->tg_relation->rd_rel->relispartition)
+  // A partition fires the clone of its partitioned table's row trigger: the
+  // catalog names the partitioned table (a queue's, which is not a partition).
+  if (row && td->tg_trigger->tgisclone)
     relid = llast_oid(get_partition_ancestors(relid));
   check_stream_table(stream_id, relid, fcinfo->flinfo->fn_oid);
   // The floor hooks published the floor before the statement drew ids

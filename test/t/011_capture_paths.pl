@@ -8,7 +8,8 @@
 #    DO NOTHING (the skipped row is not sent), a savepoint rolled back, a
 #    writable CTE, MERGE, an INSERT inside a PL/pgSQL function, broadcast()
 #    (its result is the row's msg_id), and a table with the user's own BEFORE
-#    and AFTER row triggers (the row as the BEFORE trigger left it).
+#    and AFTER row triggers (the row as the BEFORE trigger left it); a
+#    partitioned queue (INSERT and COPY into both partitions).
 # C. An insert that has drawn its id but not finished (COPY waiting for more
 #    input; a function's INSERT sleeping after its nextval) holds the horizon:
 #    a commit of a later id meanwhile is sent with a cursor whose horizon is
@@ -93,6 +94,24 @@ ok($c->wait_for_data_events(scalar @want, 20), scalar(@want) . ' events arrived'
   or diag(join ' ', map { $_->{data} } $c->data_events);
 sleep(0.3);
 is_deeply([ map { $_->{data} } $c->data_events ], \@want, 'every insert path: each row once, in commit order');
+
+# A partitioned queue: the partitions fire the clone of its row trigger.
+q1(q{CREATE SEQUENCE pgbus_stream.q_parted_seq;
+CREATE TABLE pgbus_stream.q_parted (msg_id bigint NOT NULL DEFAULT nextval('pgbus_stream.q_parted_seq'),
+  read_ct int DEFAULT 0, enqueued_at timestamptz DEFAULT now(), last_read_at timestamptz,
+  vt timestamptz DEFAULT now(), message jsonb, headers jsonb) PARTITION BY RANGE (msg_id);
+ALTER SEQUENCE pgbus_stream.q_parted_seq OWNED BY pgbus_stream.q_parted.msg_id;
+CREATE TABLE pgbus_stream.q_parted_1 PARTITION OF pgbus_stream.q_parted FOR VALUES FROM (1) TO (3);
+CREATE TABLE pgbus_stream.q_parted_2 PARTITION OF pgbus_stream.q_parted FOR VALUES FROM (3) TO (1000000);
+SELECT pgbus_stream.attach('parted', public => true);});
+$pg->wait_stream_served('parted');
+my $pc = $pg->open_stream('parted');
+q1(q{INSERT INTO pgbus_stream.q_parted (message) VALUES ('{"html": "x1"}'), ('{"html": "x2"}'), ('{"html": "x3"}')});
+q1("COPY pgbus_stream.q_parted (message) FROM STDIN;\n{\"html\": \"x4\"}\n\\.\n");
+ok($pc->wait_for_data_events(4, 10), 'partitioned queue: rows of both partitions arrive');
+is(join(' ', map { $_->{data} } $pc->data_events), 'x1 x2 x3 x4', 'partitioned queue: each once, in order');
+is(q1(q{SELECT count(DISTINCT tableoid) FROM pgbus_stream.q_parted}), 2, 'partitioned queue: two partitions written');
+$pc->close;
 
 # ---- C. an id drawn and not committed holds the horizon ----
 sub wait_drawn
