@@ -298,7 +298,12 @@ stage_tap() {
 		local t
 		for t in $PROVE_TESTS; do tests+=("$tree/test/t/$(basename "$t")"); done
 	else
-		tests=("$tree"/test/t/*.pl)
+		# The longest files first, so that they do not start last and run alone.
+		local slow=(050_shmem 061_gem_scale 031_slow_clients 032_reload 030_hostile 006_torture) f
+		for f in "${slow[@]}"; do [ -f "$tree/test/t/$f.pl" ] && tests+=("$tree/test/t/$f.pl"); done
+		for f in "$tree"/test/t/*.pl; do
+			[[ " ${slow[*]} " == *" $(basename "$f" .pl) "* ]] || tests+=("$f")
+		done
 	fi
 	if [ ! -f "${tests[0]}" ]; then
 		echo "no TAP test found (${tests[*]})"
