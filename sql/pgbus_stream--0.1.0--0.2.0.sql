@@ -80,12 +80,18 @@ CREATE FUNCTION @extschema@._capture_applied() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture_applied' LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@._capture_applied() FROM PUBLIC;
 
--- Queues hooked before this version get the trigger too.
+-- Queues hooked before this version get the trigger too, and the row
+-- capture trigger in place of the two statement triggers (the library
+-- publishes the floor itself).
 DO $$
 DECLARE s @extschema@.streams;
 BEGIN
   FOR s IN SELECT * FROM @extschema@.streams
             WHERE hooked AND to_regclass(format('%I.%I', queue_schema, queue_table)) IS NOT NULL LOOP
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %I.%I', s.queue_schema, s.queue_table);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %I.%I', s.queue_schema, s.queue_table);
+    EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I FOR EACH ROW '
+                   'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
     EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
                    'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
     EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);
@@ -98,7 +104,6 @@ DECLARE s @extschema@.streams := @extschema@._stream(name);
         rel regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
 BEGIN
   IF rel IS NOT NULL THEN
-    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %s', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_applied ON %s', rel);
   END IF;
@@ -107,7 +112,9 @@ BEGIN
   PERFORM @extschema@._catalog_changed(NULL);
 END $$;
 
--- _hook_triggers puts the capture triggers on a stream's queue table. For an
+-- _hook_triggers puts the capture triggers on a stream's queue table (the
+-- library publishes the floor before a statement that fires pgbus_stream_capture
+-- draws any id, so no statement trigger is needed). For an
 -- auto-attached stream the worker calls it at the first subscription: CREATE
 -- TRIGGER waits for the inserts in flight, so every row committed before it
 -- is in the table (replayed from there) and every later one is captured.
@@ -119,10 +126,8 @@ BEGIN
   IF NOT FOUND OR s.hooked THEN
     RETURN;
   END IF;
-  EXECUTE format('CREATE TRIGGER pgbus_stream_floor BEFORE INSERT ON %I.%I FOR EACH STATEMENT '
+  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I FOR EACH ROW '
                  'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
-  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I REFERENCING NEW TABLE AS pgbus_new '
-                 'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
   EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
                  'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
   EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);

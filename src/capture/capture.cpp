@@ -1,13 +1,14 @@
-// Capture: a BEFORE STATEMENT trigger publishes this backend's floor for the
-// stream (so the horizon never passes an id it may still insert), an AFTER
-// STATEMENT trigger with a transition table collects the new msg_ids in
-// backend-local memory, and the commit callback copies them into the shared
-// ring in one short critical section and sets the workers' latches.
+// Capture: the floor hooks (floor_hook.cpp) publish this backend's floor for
+// the stream before a statement draws any msg_id (so the horizon never passes
+// an id it may still insert), an AFTER INSERT FOR EACH ROW trigger collects
+// each new msg_id in backend-local memory, and the commit callback copies
+// them into the shared ring in one short critical section and sets the
+// workers' latches.
 //
 // This file uses only PostgreSQL's C API and plain structs (no C++ library
 // objects, nothing that throws), so a PostgreSQL error here never skips a C++
-// destructor. Everything that can fail happens in the triggers; the commit
-// callback only copies into the ring, bumps atomics and sets latches.
+// destructor. Everything that can fail happens in the hooks and triggers; the
+// commit callback only copies into the ring, bumps atomics and sets latches.
 #include "core/auth.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
 #include "capture/wal.hpp"
@@ -37,6 +38,7 @@ extern "C" {
 #include "catalog/pg_class.h"
 #include "utils/acl.h"
 #include "utils/lsyscache.h"
+#include "catalog/partition.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture);
 PG_FUNCTION_INFO_V1(pgbus_stream_catalog_changed);
@@ -546,6 +548,13 @@ void install_callbacks() {
   memset(&tx, 0, sizeof(tx));
   RegisterXactCallback(on_xact, nullptr);
   RegisterSubXactCallback(on_subxact, nullptr);
+  install_floor_hooks();
+}
+
+void publish_floor(int64_t stream_id, unsigned int relid, unsigned int fn) {
+  check_stream_table(stream_id, relid, fn);
+  register_stream(stream_id);
+  last_captured_id = 0; // a new statement: _captured_id() names its rows only
 }
 
 void note_catalog_change() { tx.catalog_changed = true; }
@@ -576,47 +585,67 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
   collect(ts, msg_id, payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
 }
 
-} // namespace pgbs::capture
+namespace {
 
-using namespace pgbs::capture;
+// One captured row: its msg_id and, for a stream somebody watches, its
+// payload (read by the worker from the table otherwise). A stream nobody
+// watches (the gem's job queues share its prefix) gets no payload copies: a
+// subscriber arriving before the commit has its worker read the rows back,
+// and the ring keeps room for watched streams.
+void capture_row(TxStream *ts, int64 msg_id, const Datum *message) {
+  last_captured_id = Max(last_captured_id, msg_id);
+  char *payload = nullptr;
+  uint32 lens[3] = {0, 0, 0};
+  uint64 exclude = 0;
+  if (message != nullptr && pgbs::guc::inline_payload_max > 0 && !tx.overflowed &&
+      !tx.inline_full && pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0)
+    payload = inline_payload(*message, &lens[0], &lens[1], &lens[2], &exclude);
+  collect(ts, msg_id, payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
+}
 
-// pgbus_stream._capture(stream_id): BEFORE INSERT FOR EACH STATEMENT publishes
-// the floor; AFTER INSERT FOR EACH STATEMENT (REFERENCING NEW TABLE) collects
-// the msg_ids.
-extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
-  if (!CALLED_AS_TRIGGER(fcinfo))
-    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                    errmsg("pgbus_stream._capture() must be called as a trigger")));
-  TriggerData *td = (TriggerData *)fcinfo->context;
-  if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) ||
-      td->tg_trigger->tgnargs != 1)
-    ereport(ERROR,
-            (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-             errmsg("pgbus_stream._capture() must be a statement-level INSERT trigger with the "
-                    "stream id as its argument")));
-  int64 stream_id = pg_strtoint64(td->tg_trigger->tgargs[0]);
-  check_stream_table(stream_id, RelationGetRelid(td->tg_relation), fcinfo->flinfo->fn_oid);
-  TxStream *ts = register_stream(stream_id);
-  last_captured_id = 0;
-  if (TRIGGER_FIRED_BEFORE(td->tg_event))
-    return PointerGetDatum(NULL);
+int msg_id_attnum(Relation rel) {
+  const int attnum = attnum_of(RelationGetDescr(rel), "msg_id");
+  if (attnum == 0)
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+                    errmsg("pgbus_stream: table \"%s\" has no msg_id column",
+                           RelationGetRelationName(rel))));
+  return attnum;
+}
 
+// The AFTER INSERT FOR EACH ROW trigger: one inserted row, read from the
+// trigger's tuple. The after-trigger queue holds only its tid, and no
+// transition table (a tuplestore copy of every row) is built.
+void capture_after_row(TriggerData *td, TxStream *ts) {
+  HeapTuple tuple = td->tg_trigtuple;
+  TupleDesc desc = RelationGetDescr(td->tg_relation);
+  bool isnull;
+  const Datum id = heap_getattr(tuple, msg_id_attnum(td->tg_relation), desc, &isnull);
+  if (isnull)
+    return;
+  Datum message = 0;
+  bool have_message = false;
+  if (pgbs::guc::inline_payload_max > 0 && !tx.overflowed && !tx.inline_full &&
+      pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0)
+    if (const int m_att = attnum_of(desc, "message"); m_att > 0) {
+      message = heap_getattr(tuple, m_att, desc, &isnull);
+      have_message = !isnull;
+    }
+  // Detoasted values and JSON text live in the trigger's per-tuple context,
+  // reset after this call.
+  capture_row(ts, DatumGetInt64(id), have_message ? &message : nullptr);
+}
+
+// The AFTER INSERT FOR EACH STATEMENT trigger with REFERENCING NEW TABLE of
+// queues hooked by 0.1.0 and not yet upgraded: every row of the statement
+// from the transition table.
+void capture_after_statement(TriggerData *td, TxStream *ts) {
   Tuplestorestate *rows = td->tg_newtable;
   if (rows == nullptr)
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                     errmsg("pgbus_stream._capture() AFTER trigger needs REFERENCING NEW TABLE")));
   TupleDesc desc = RelationGetDescr(td->tg_relation);
-  int attnum = attnum_of(desc, "msg_id");
-  // A stream nobody watches (the gem's job queues share its prefix) gets no
-  // payload copies: a subscriber arriving before the commit has its worker
-  // read the rows back, and the ring keeps room for watched streams.
-  const bool watched = ts->entry && pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0;
-  int message_attnum =
-      pgbs::guc::inline_payload_max > 0 && watched ? attnum_of(desc, "message") : 0;
-  if (attnum == 0)
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
-                    errmsg("pgbus_stream: table \"%s\" has no msg_id column",
-                           RelationGetRelationName(td->tg_relation))));
+  const int attnum = msg_id_attnum(td->tg_relation);
+  const int message_attnum = pgbs::guc::inline_payload_max > 0 ? attnum_of(desc, "message") : 0;
   TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
   // Our own read pointer, from the start: other triggers may have read the
   // transition table already. Rewinding needs EXEC_FLAG_REWIND (which
@@ -632,25 +661,57 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
     Datum d = slot_getattr(slot, attnum, &isnull);
     if (isnull)
       continue;
-    last_captured_id = Max(last_captured_id, DatumGetInt64(d));
-    char *payload = nullptr;
-    uint32 lens[3] = {0, 0, 0};
-    uint64 exclude = 0;
-    if (message_attnum > 0 && !tx.overflowed && !tx.inline_full) {
-      bool mnull;
-      Datum m = slot_getattr(slot, message_attnum, &mnull);
-      if (!mnull) {
-        MemoryContext old = MemoryContextSwitchTo(row_cxt);
-        payload = inline_payload(m, &lens[0], &lens[1], &lens[2], &exclude);
-        MemoryContextSwitchTo(old);
-        MemoryContextReset(row_cxt);
-      }
-    }
-    collect(ts, DatumGetInt64(d), payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
+    bool mnull = true;
+    Datum m = message_attnum > 0 ? slot_getattr(slot, message_attnum, &mnull) : (Datum)0;
+    MemoryContext old = MemoryContextSwitchTo(row_cxt);
+    capture_row(ts, DatumGetInt64(d), mnull ? nullptr : &m);
+    MemoryContextSwitchTo(old);
+    MemoryContextReset(row_cxt);
   }
   MemoryContextDelete(row_cxt);
   tuplestore_select_read_pointer(rows, 0);
   ExecDropSingleTupleTableSlot(slot);
+}
+
+} // namespace
+
+} // namespace pgbs::capture
+
+using namespace pgbs::capture;
+
+// pgbus_stream._capture(stream_id): AFTER INSERT FOR EACH ROW collects each
+// inserted row. On a queue hooked by 0.1.0 and not yet upgraded, BEFORE
+// INSERT FOR EACH STATEMENT publishes the floor and AFTER INSERT FOR EACH
+// STATEMENT collects the rows from the transition table.
+extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
+  if (!CALLED_AS_TRIGGER(fcinfo))
+    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                    errmsg("pgbus_stream._capture() must be called as a trigger")));
+  TriggerData *td = (TriggerData *)fcinfo->context;
+  const bool row = TRIGGER_FIRED_FOR_ROW(td->tg_event);
+  if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) || (row && !TRIGGER_FIRED_AFTER(td->tg_event)) ||
+      td->tg_trigger->tgnargs != 1)
+    ereport(ERROR,
+            (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+             errmsg("pgbus_stream._capture() must be a BEFORE INSERT FOR EACH STATEMENT or an "
+                    "AFTER INSERT trigger with the stream id as its argument")));
+  const int64 stream_id = trigger_stream_id(td->tg_trigger->tgoid, td->tg_trigger->tgargs[0]);
+  Oid relid = RelationGetRelid(td->tg_relation);
+  // A partition fires the clone of its partitioned table's row trigger: the
+  // catalog names the partitioned table (a queue's, which is not a partition).
+  if (row && td->tg_trigger->tgisclone)
+    relid = llast_oid(get_partition_ancestors(relid));
+  check_stream_table(stream_id, relid, fcinfo->flinfo->fn_oid);
+  // The floor hooks published the floor before the statement drew ids
+  // (floor_hook.cpp); on a queue hooked by 0.1.0 the BEFORE trigger does.
+  TxStream *ts = register_stream(stream_id);
+  if (row) {
+    capture_after_row(td, ts);
+    return PointerGetDatum(NULL);
+  }
+  last_captured_id = 0;
+  if (!TRIGGER_FIRED_BEFORE(td->tg_event))
+    capture_after_statement(td, ts);
   return PointerGetDatum(NULL);
 }
 

@@ -5,8 +5,19 @@
 #include <cstdint>
 
 namespace pgbs::capture {
-// Registers the transaction and subtransaction callbacks (from _PG_init).
+// Registers the transaction and subtransaction callbacks and the floor hooks
+// (from _PG_init).
 void install_callbacks();
+// Publishes this transaction's floor for stream_id, the stream of table relid
+// according to the catalog of the schema of function fn (else an error),
+// before the statement that inserts into relid draws any msg_id.
+void publish_floor(int64_t stream_id, unsigned int relid, unsigned int fn);
+// The stream id argument arg of capture trigger tgoid, parsed once per
+// trigger and backend (a trigger's arguments never change).
+int64_t trigger_stream_id(unsigned int tgoid, const char *arg);
+// The ExecutorStart and ProcessUtility (COPY FROM) hooks that call
+// publish_floor() for the tables with a capture trigger (floor_hook.cpp).
+void install_floor_hooks();
 // Marks that this transaction changed the stream catalog; at commit the
 // workers are told to reload it.
 void note_catalog_change();

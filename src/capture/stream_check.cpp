@@ -160,6 +160,9 @@ void check_stream_table(int64_t stream_id, Oid relid, Oid fn) {
     Oid relid;
   } confirmed[64];
   static int next = 0;
+  const auto &last = confirmed[(next + 63) % 64]; // a producer's tables, one at a time
+  if (last.stream_id == stream_id && last.relid == relid)
+    return;
   for (const auto &c : confirmed)
     if (c.stream_id == stream_id && c.relid == relid)
       return;
@@ -169,6 +172,20 @@ void check_stream_table(int64_t stream_id, Oid relid, Oid fn) {
                            (long long)stream_id, get_rel_name(relid) ? get_rel_name(relid) : "?"),
                     errhint("Capture triggers are installed by create_stream() and attach().")));
   confirmed[next++ % 64] = {stream_id, relid};
+}
+
+int64_t trigger_stream_id(unsigned int tgoid, const char *arg) {
+  static struct {
+    Oid tgoid;
+    int64 stream_id;
+  } parsed[16];
+  static int next = 0;
+  for (const auto &p : parsed)
+    if (p.tgoid == tgoid && OidIsValid(tgoid))
+      return p.stream_id;
+  const int64 id = pg_strtoint64(arg);
+  parsed[next++ % 16] = {tgoid, id};
+  return id;
 }
 
 } // namespace pgbs::capture
