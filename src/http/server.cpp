@@ -732,13 +732,28 @@ size_t Server::queued_bytes(uint64_t conn_id) const {
   return it == impl_->conns.end() ? 0 : it->second->queue.bytes();
 }
 
+namespace {
+ConnectionInfo info_of(const Conn &c) {
+  return ConnectionInfo{
+      c.id,        c.remote_addr,    c.connected_at_us, c.queue.events(), c.queue.bytes(),
+      c.delivered, c.queue.dropped()};
+}
+} // namespace
+
 std::vector<ConnectionInfo> Server::connections() const {
   std::vector<ConnectionInfo> out;
   out.reserve(impl_->conns.size());
   for (const auto &[id, c] : impl_->conns)
-    out.push_back(ConnectionInfo{id, c->remote_addr, c->connected_at_us, c->queue.events(),
-                                 c->queue.bytes(), c->delivered, c->queue.dropped()});
+    out.push_back(info_of(*c));
   return out;
+}
+
+bool Server::connection(uint64_t conn_id, ConnectionInfo *out) const {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end())
+    return false;
+  *out = info_of(*it->second);
+  return true;
 }
 
 int Server::port() const { return impl_->bound_port; }
