@@ -335,7 +335,8 @@ void Server::Impl::timers(int64_t now) {
 }
 
 // One comment frame, encoded once and shared, to every open stream that has
-// nothing queued (a stream with data queued does not need one).
+// nothing queued (a stream with data queued does not need one); such a
+// stream gives its frame buffer back first.
 void Server::Impl::heartbeats(int64_t now) {
   next_heartbeat_ms = now + cfg.heartbeat_interval_s * int64_t{1000};
   std::string text;
@@ -344,6 +345,7 @@ void Server::Impl::heartbeats(int64_t now) {
   for (auto &[id, c] : conns) {
     if (c->phase != Phase::Open || c->ending || c->kill || !c->queue.empty())
       continue;
+    c->queue.trim(); // idle since the last heartbeat at most: its frame buffer goes
     OutFrame f;
     f.body = body;
     f.control = true;
