@@ -46,7 +46,8 @@
 # repository, else /tmp/pgbus_stream_check. Logs stay there after the run.
 #
 # Environment: FUZZ_SECONDS (15), SIM_SEEDS, SIM_SECONDS, PROVE_TESTS (test files, default all),
-# PROVE_FLAGS (extra prove options), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
+# PROVE_FLAGS (extra prove options), PROVE_JOBS (TAP files at once, default
+# JOBS + 1), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
 # PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
 # PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh).
 set -uo pipefail
@@ -297,17 +298,27 @@ stage_tap() {
 		local t
 		for t in $PROVE_TESTS; do tests+=("$tree/test/t/$(basename "$t")"); done
 	else
-		tests=("$tree"/test/t/*.pl)
+		# The longest files first, so that they do not start last and run alone.
+		local slow=(050_shmem 061_gem_scale 031_slow_clients 032_reload 030_hostile 006_torture) f
+		for f in "${slow[@]}"; do [ -f "$tree/test/t/$f.pl" ] && tests+=("$tree/test/t/$f.pl"); done
+		for f in "$tree"/test/t/*.pl; do
+			[[ " ${slow[*]} " == *" $(basename "$f" .pl) "* ]] || tests+=("$f")
+		done
 	fi
 	if [ ! -f "${tests[0]}" ]; then
 		echo "no TAP test found (${tests[*]})"
 		return 1
 	fi
+	# Test files mostly wait on servers and sockets (about a quarter of a core
+	# each): PROVE_JOBS of them run at once, default one more than the cores.
+	# Every node takes its ports through PostgreSQL::Test::Cluster's port
+	# locks, so files never collide.
+	local jobs=${PROVE_JOBS:-$((JOBS + 1))}
 	# shellcheck disable=SC2086
 	(cd "$CHECK_DIR/tap" && as_test_user env \
 		PATH="$PGBIN:$PATH" PG_REGRESS="$PG_REGRESS" TESTDIR="$CHECK_DIR/tap" \
 		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" \
-		prove --timer ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}")
+		prove --timer -j"$jobs" ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}")
 	local rc=$?
 	if [ $rc -ne 0 ]; then
 		echo "---- logs: $CHECK_DIR/tap/tmp_check/log/"

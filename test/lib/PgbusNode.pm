@@ -188,24 +188,31 @@ sub open_stream
 	return $c;
 }
 
-# wait_stream_served waits until GET /streams/<name> stops answering 404
-# (the worker learns about new streams asynchronously). Returns the number
-# of 404 answers seen before, or undef on timeout.
+# wait_stream_served waits until an anonymous GET /streams/<name> answers
+# 200 (the worker learns about new streams asynchronously; until then an
+# anonymous request for the name gets 401, as for any name it does not
+# know). A private stream is served once the answer is no longer 404 to a
+# request with a credential (private => 1): any credential makes the worker
+# read the name, and a known private stream refuses a bad one with 401.
+# Returns the number of answers seen before, or undef on timeout.
 sub wait_stream_served
 {
-	my ($self, $name, $timeout) = @_;
+	my ($self, $name, $timeout, %opt) = @_;
+	my %probe = $opt{private}
+	  ? (headers => { Authorization => 'Bearer not-a-valid-token' })
+	  : ();
 	my $deadline = time + ($timeout // 10);
 	my $misses = 0;
 	$self->{last_serve_error} = undef;
 	while (time < $deadline)
 	{
-		my $c = eval { $self->sse("/streams/$name", timeout => 5) };
+		my $c = eval { $self->sse("/streams/$name", timeout => 5, %probe) };
 		if ($c)
 		{
 			my $st = $c->status;
 			$c->close;
-			return $misses if $st != 404;
-			$self->{last_serve_error} = '404';
+			return $misses if $opt{private} ? $st != 404 : $st == 200;
+			$self->{last_serve_error} = $st;
 		}
 		else
 		{
@@ -226,11 +233,11 @@ sub create_stream
 	my $public = ($opt{public} // 1) ? 'true' : 'false';
 	my $id = $self->{node}->safe_psql('postgres',
 		'SELECT id FROM pgbus_stream.create_stream(' . sql_literal($name) . ", public => $public)");
-	my $misses = $self->wait_stream_served($name);
+	my $misses = $self->wait_stream_served($name, undef, private => $public eq 'false');
 	croak "stream $name is not served after create_stream (last answer: "
 	  . ($self->{last_serve_error} // 'none') . ')'
 	  unless defined $misses;
-	note "stream $name served after $misses 404 answer(s)" if $misses;
+	note "stream $name served after $misses answer(s)" if $misses;
 	return $id;
 }
 

@@ -129,7 +129,7 @@ CREATE TABLE pgmq.a_pgbus_arch (
     message jsonb, headers jsonb);
 });
 q1(q{SELECT pgbus_stream.attach('pgbus_arch')});
-ok(defined $pg->wait_stream_served('arch'), 'PGMQ queue attached and served');
+ok(defined $pg->wait_stream_served('arch', undef, private => 1), 'PGMQ queue attached and served');
 my @arch = map { $pg->broadcast('arch', "a$_") } 1 .. 5;
 q1(q{SELECT pgbus_stream.set_retention('arch', NULL, 2)});
 ok(wait_for(sub { q1('SELECT count(*) FROM pgmq.q_pgbus_arch') == 2 }, 15), 'retention keeps the newest 2 in the queue');
