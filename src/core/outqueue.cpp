@@ -232,9 +232,14 @@ void FrameRing::grow() {
 
 void FrameRing::emptied() {
   head_ = 0;
-  if (cap_ > 8) { // a burst is over: give its buffer back
-    buf_.reset();
-    cap_ = 0;
-  }
+  if (cap_ > kKept) // a burst is over: give its buffer back
+    release();
+}
+
+void FrameRing::release() {
+  if (n_ != 0)
+    return;
+  buf_.reset();
+  cap_ = head_ = 0;
 }
 } // namespace pgbs

@@ -30,9 +30,11 @@ struct OutFrame {
 };
 
 // A FIFO of frames in one growable circular buffer. Nothing is allocated
-// while it has never held a frame, and a buffer that grew past a few frames is
-// released when it empties, so an idle connection costs almost nothing (a
-// std::deque allocates a 512-byte node even when empty).
+// while it has never held a frame (a std::deque allocates a 512-byte node
+// even when empty). A buffer of up to kKept frames is kept when it empties,
+// so a stream that gets a few frames per write round does not allocate and
+// grow it again every round; release() gives it back once the connection is
+// idle, and a larger one (a burst) goes as soon as it empties.
 class FrameRing {
 public:
   bool empty() const { return n_ == 0; }
@@ -43,6 +45,9 @@ public:
   void push_back(OutFrame f);
   void pop_front();
   void erase(size_t i); // shifts the frames after i forward
+  void release();       // the buffer, while empty
+  size_t capacity() const { return cap_; }
+  static constexpr size_t kKept = 64;
 
 private:
   void grow();
@@ -73,6 +78,9 @@ public:
   size_t read_into(char *buf, size_t cap);
 
   bool empty() const { return frames_.empty(); }
+  // Gives the frame buffer back while nothing is queued (an idle connection).
+  void trim() { frames_.release(); }
+  size_t buffer_capacity() const { return frames_.capacity(); }
   size_t events() const { return events_; } // data frames queued
   // Data bytes queued; a frame counts whole until its last byte is read out.
   size_t bytes() const { return bytes_; }

@@ -344,12 +344,17 @@ bool Engine::describe(uint64_t conn_id, std::string *streams, std::string *curso
   const Connection &c = *it->second;
   streams->clear();
   bool paging = false;
+  auto add = [&](const std::string &name) { // no temporary per name
+    if (!streams->empty())
+      streams->push_back(',');
+    streams->append(name);
+  };
   for (const Sub &s : c.subs) {
-    *streams += (streams->empty() ? "" : ",") + s.st->info.name;
+    add(s.st->info.name);
     paging |= s.paging;
   }
   for (const PendingSub &p : c.pending)
-    *streams += (streams->empty() ? "" : ",") + p.name;
+    add(p.name);
   *cursor = conn_token(c);
   *subscriber = c.subscriber;
   *state = paging ? "replaying" : c.subs.empty() ? "waiting" : "live";

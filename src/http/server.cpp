@@ -335,7 +335,8 @@ void Server::Impl::timers(int64_t now) {
 }
 
 // One comment frame, encoded once and shared, to every open stream that has
-// nothing queued (a stream with data queued does not need one).
+// nothing queued (a stream with data queued does not need one); such a
+// stream gives its frame buffer back first.
 void Server::Impl::heartbeats(int64_t now) {
   next_heartbeat_ms = now + cfg.heartbeat_interval_s * int64_t{1000};
   std::string text;
@@ -344,6 +345,7 @@ void Server::Impl::heartbeats(int64_t now) {
   for (auto &[id, c] : conns) {
     if (c->phase != Phase::Open || c->ending || c->kill || !c->queue.empty())
       continue;
+    c->queue.trim(); // idle since the last heartbeat at most: its frame buffer goes
     OutFrame f;
     f.body = body;
     f.control = true;
@@ -732,13 +734,28 @@ size_t Server::queued_bytes(uint64_t conn_id) const {
   return it == impl_->conns.end() ? 0 : it->second->queue.bytes();
 }
 
+namespace {
+ConnectionInfo info_of(const Conn &c) {
+  return ConnectionInfo{
+      c.id,        c.remote_addr,    c.connected_at_us, c.queue.events(), c.queue.bytes(),
+      c.delivered, c.queue.dropped()};
+}
+} // namespace
+
 std::vector<ConnectionInfo> Server::connections() const {
   std::vector<ConnectionInfo> out;
   out.reserve(impl_->conns.size());
   for (const auto &[id, c] : impl_->conns)
-    out.push_back(ConnectionInfo{id, c->remote_addr, c->connected_at_us, c->queue.events(),
-                                 c->queue.bytes(), c->delivered, c->queue.dropped()});
+    out.push_back(info_of(*c));
   return out;
+}
+
+bool Server::connection(uint64_t conn_id, ConnectionInfo *out) const {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end())
+    return false;
+  *out = info_of(*it->second);
+  return true;
 }
 
 int Server::port() const { return impl_->bound_port; }

@@ -179,6 +179,7 @@ public:
   // the overflow policy; false for unknown ids.
   bool progress(uint64_t conn_id, uint64_t *written, uint64_t *dropped) const;
   std::vector<ConnectionInfo> connections() const;
+  bool connection(uint64_t conn_id, ConnectionInfo *out) const; // false for unknown ids
 
   // The port actually bound (useful when Config::port was 0), or -1.
   int port() const;

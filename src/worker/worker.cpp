@@ -10,6 +10,7 @@
 #include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
 #include "worker/audience_rules.hpp"
+#include "worker/conn_rows.hpp"
 #include "worker/hub.hpp"
 #include "worker/standby.hpp"
 
@@ -22,7 +23,6 @@
 
 extern "C" {
 #include "postgres.h"
-#include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -227,65 +227,6 @@ void publish_stats(const Hub &hub, const http::Server &server) {
   pg_atomic_write_u64(&ws->held_back, c.held_back);
 }
 
-void copy_text(char *dst, size_t cap, const std::string &src) {
-  size_t n = std::min(cap - 1, src.size());
-  memcpy(dst, src.data(), n);
-  dst[n] = '\0';
-}
-
-// Rewrites this worker's rows of connections() (called about twice a
-// second). Returns a digest of what presence reads in them (connections,
-// their streams and identities), so that a change the worker did not see
-// happen (a waiting subscription whose stream appeared) is announced too.
-uint64 publish_connections(const Hub &hub, const http::Server &server) {
-  shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_index];
-  std::vector<http::ConnectionInfo> infos = server.connections();
-  std::vector<shmem::ConnSnapshot> rows;
-  rows.reserve(infos.size());
-  std::string streams, cursor, subscriber, state;
-  std::vector<std::pair<int64_t, std::string>> ids;
-  std::optional<std::string> sub;
-  uint64 digest = 0;
-  for (const http::ConnectionInfo &ci : infos) {
-    if ((int)rows.size() >= wc->capacity)
-      break;
-    if (!hub.describe(ci.conn_id, &streams, &cursor, &subscriber, &state))
-      continue; // not yet decided
-    shmem::ConnSnapshot r;
-    memset(&r, 0, sizeof(r));
-    r.conn_id = ci.conn_id;
-    r.connected_at_us = ci.connected_at_us;
-    r.queued_events = (int64)ci.queued_events;
-    r.queued_bytes = (int64)ci.queued_bytes;
-    r.delivered = (int64)ci.delivered;
-    r.dropped = (int64)ci.dropped;
-    copy_text(r.remote, sizeof(r.remote), ci.remote_addr);
-    copy_text(r.streams, sizeof(r.streams), streams);
-    copy_text(r.cursor, sizeof(r.cursor), cursor);
-    copy_text(r.subscriber, sizeof(r.subscriber), subscriber);
-    copy_text(r.state, sizeof(r.state), state);
-    if (hub.presence_of(ci.conn_id, &ids, &sub)) {
-      for (const auto &[id, name] : ids)
-        if (r.nstreams < shmem::kConnStreams)
-          r.stream_ids[r.nstreams++] = id;
-      r.has_identity = sub.has_value();
-      if (sub)
-        copy_text(r.identity, sizeof(r.identity), *sub);
-    }
-    // Order-independent: a sum of per-row hashes.
-    digest +=
-        hash_bytes_extended((const unsigned char *)&r.nstreams,
-                            (int)(sizeof(r) - offsetof(shmem::ConnSnapshot, nstreams)), r.conn_id);
-    rows.push_back(r);
-  }
-  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
-  if (!rows.empty())
-    memcpy(wc->items, rows.data(), rows.size() * sizeof(shmem::ConnSnapshot));
-  wc->count = (int)rows.size();
-  LWLockRelease(wc->lock);
-  return digest;
-}
-
 bool database_ok = true; // the last round's reads worked (for /healthz)
 
 metrics::Snapshot snapshot(const Hub &hub) {
@@ -395,7 +336,7 @@ int run() {
   int64 last_snapshot_ms = 0;
   size_t last_snapshot_count = 0;
   uint64_t last_membership = 0;
-  uint64 last_presence_digest = 0;
+  ConnRows conn_rows(worker_index);
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
   // First probe after one interval: at startup the extension may still be on its way.
@@ -415,6 +356,8 @@ int run() {
       timeout = 2000;
     if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
       timeout = 500; // connections() stays within a second of reality
+    if (conn_rows.passing())
+      timeout = 0; // the rest of a refresh of connections(), a slice per turn
     if (worker_index == 0 && (timeout < 0 || timeout > 1000L * guc::retention_interval_s))
       timeout = 1000L * guc::retention_interval_s; // retention runs on a timer
     if (defer_ms >= 0)
@@ -470,6 +413,7 @@ int run() {
       if (now_us < next_run_us) {
         defer_ms = (long)((next_run_us - now_us + 999) / 1000);
         publish_stats(hub, server);
+        conn_rows.step(hub, server);
         continue;
       }
       defer_ms = -1;
@@ -529,19 +473,23 @@ int run() {
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      // Within 500 ms of reality, and at once when the set of connections
-      // changed (then presence watchers on every worker are told).
+      // Rewritten at once when the set of connections changed (then presence
+      // watchers on every worker are told); refreshed every 500 ms a slice
+      // per turn (worker/conn_rows.hpp).
       const bool joined_or_left = hub.membership() != last_membership;
-      if (now_ms - last_snapshot_ms >= 500 || server.connection_count() != last_snapshot_count ||
-          joined_or_left) {
-        const uint64 digest = publish_connections(hub, server);
+      if (server.connection_count() != last_snapshot_count || joined_or_left ||
+          conn_rows.needs_rewrite()) {
+        const bool moved = conn_rows.rewrite(hub, server);
         last_snapshot_ms = now_ms;
         last_snapshot_count = server.connection_count();
         last_membership = hub.membership();
-        if (joined_or_left || digest != last_presence_digest)
+        if (joined_or_left || moved)
           shmem::presence_changed(worker_index);
-        last_presence_digest = digest;
+      } else if (now_ms - last_snapshot_ms >= 500 && !conn_rows.passing()) {
+        last_snapshot_ms = now_ms;
+        conn_rows.start_pass();
       }
+      conn_rows.step(hub, server);
       hub.presence_round();
       const size_t nconns = server.connection_count();
       peak_conns = std::max(peak_conns, nconns);

@@ -431,3 +431,28 @@ TEST(OutQueue, EvictionBehindAPartlyWrittenFrame) {
   EXPECT_EQ(frames_of(rest), (Names{"1", "4", "5", "6"}));
   EXPECT_EQ(q.dropped(), 2u);
 }
+
+// A stream that gets a few frames per write round keeps its buffer between
+// rounds (no allocation and regrowth per round); trim() (an idle connection)
+// and a drained burst larger than the kept size give it back.
+TEST(OutQueue, BufferKeptBetweenRoundsAndGivenBackWhenIdle) {
+  OutQueue q(1000, 1 << 20, OverflowPolicy::Lag);
+  EXPECT_EQ(q.buffer_capacity(), 0u); // nothing allocated before the first frame
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 1; i <= 12; ++i)
+      ASSERT_EQ(q.push(data_frame(round * 12 + i)), Result::Queued);
+    drain(q);
+    EXPECT_TRUE(q.empty());
+    EXPECT_EQ(q.buffer_capacity(), 16u) << "round " << round;
+  }
+  q.trim();
+  EXPECT_EQ(q.buffer_capacity(), 0u);
+  q.push(data_frame(100));
+  q.trim(); // not while a frame is queued
+  EXPECT_EQ(q.buffer_capacity(), 2u);
+  EXPECT_EQ(frames_of(drain(q)), (Names{"100"}));
+  for (int i = 0; i < 100; ++i)
+    q.push(data_frame(200 + i));
+  drain(q);
+  EXPECT_EQ(q.buffer_capacity(), 0u); // a burst's buffer goes as it empties
+}
