@@ -37,6 +37,14 @@ include $(PGXS)
 # C++ flags: PGXS's CXXFLAGS carry C-only warnings; keep ours.
 override CXXFLAGS := -O2 -g -fPIC $(PG_CXXFLAGS)
 
+# PGXS names a dependency file after the source's base name alone, and
+# sources in different directories share one (presence, standby, auth): the
+# later compile overwrote the other's, which then missed header changes.
+# Named after the whole path instead.
+%.o : %.cpp
+	@if test ! -d $(DEPDIR); then mkdir -p $(DEPDIR); fi
+	$(COMPILE.cc) -o $@ $< -MMD -MP -MF $(DEPDIR)/$(subst /,_,$*).Po
+
 .PHONY: installcheck-temp
 installcheck-temp:
 	$(MAKE) installcheck EXTRA_REGRESS_OPTS="$(EXTRA_REGRESS_OPTS) $(TEMP_INSTANCE_OPTS)"
