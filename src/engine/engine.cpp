@@ -9,6 +9,25 @@
 
 namespace pgbs::engine {
 
+namespace {
+
+// The row a ring event carries (its payload moved out of the event).
+Row take_row(ring::Event &e) {
+  Row row;
+  row.msg_id = e.msg_id;
+  row.commit_us = e.commit_us;
+  row.ephemeral = e.ephemeral;
+  row.data = std::move(e.data);
+  if (!e.event.empty())
+    row.event = std::move(e.event);
+  if (!e.visible_to.empty())
+    row.visible_to = std::move(e.visible_to);
+  row.exclude = e.exclude;
+  return row;
+}
+
+} // namespace
+
 void HorizonBounds::lower_floor(int64_t stream_id, int64_t floor) {
   for (auto &f : min_floor)
     if (f.first == stream_id) {
@@ -209,17 +228,7 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
       // ephemeral broadcasts exist nowhere else, so they are retained.
       if (e.has_payload && e.ephemeral) {
         st.ephemeral_seq = std::max(st.ephemeral_seq, e.ephemeral_seq);
-        Row row;
-        row.msg_id = e.msg_id;
-        row.commit_us = e.commit_us;
-        row.ephemeral = true;
-        row.data = std::move(e.data);
-        if (!e.event.empty())
-          row.event = std::move(e.event);
-        if (!e.visible_to.empty())
-          row.visible_to = std::move(e.visible_to);
-        row.exclude = e.exclude;
-        retain_ephemeral(st, row);
+        retain_ephemeral(st, take_row(e));
       }
       continue;
     }
@@ -233,16 +242,7 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
           ephemeral_lost(st, e.ephemeral_seq - st.ephemeral_seq - 1);
         st.ephemeral_seq = std::max(st.ephemeral_seq, e.ephemeral_seq);
       }
-      Row row;
-      row.msg_id = e.msg_id;
-      row.commit_us = e.commit_us;
-      row.ephemeral = e.ephemeral;
-      row.data = std::move(e.data);
-      if (!e.event.empty())
-        row.event = std::move(e.event);
-      if (!e.visible_to.empty())
-        row.visible_to = std::move(e.visible_to);
-      row.exclude = e.exclude;
+      Row row = take_row(e);
       if (row.ephemeral && !st.pos.covers(row.msg_id))
         retain_ephemeral(st, row);
       dispatch(st, row);
