@@ -542,6 +542,26 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
   return payload;
 }
 
+// Whether the rows of ts get payload copies in the ring. A stream nobody
+// watches (the gem's job queues share its prefix) gets none: a subscriber
+// arriving before the commit has its worker read the rows back, and the ring
+// keeps room for watched streams.
+bool wants_payload(const TxStream *ts) {
+  return pgbs::guc::inline_payload_max > 0 && !tx.overflowed && !tx.inline_full &&
+         pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0;
+}
+
+// One captured row: its msg_id and the payload of `message`, which callers
+// read only when wants_payload (nullptr: a NULL message, or not read).
+void collect_row(TxStream *ts, int64 msg_id, const Datum *message) {
+  char *payload = nullptr;
+  uint32 lens[3] = {0, 0, 0};
+  uint64 exclude = 0;
+  if (message != nullptr)
+    payload = inline_payload(*message, &lens[0], &lens[1], &lens[2], &exclude);
+  collect(ts, msg_id, payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
+}
+
 } // namespace
 
 void install_callbacks() {
@@ -576,32 +596,11 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
     return;
   }
   ts->applied = true;
-  char *payload = nullptr;
-  uint32 lens[3] = {0, 0, 0};
-  uint64 exclude = 0;
-  if (message != 0 && pgbs::guc::inline_payload_max > 0 && !tx.overflowed && !tx.inline_full &&
-      pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0)
-    payload = inline_payload((Datum)message, &lens[0], &lens[1], &lens[2], &exclude);
-  collect(ts, msg_id, payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
+  const Datum m = (Datum)message;
+  collect_row(ts, msg_id, message != 0 && wants_payload(ts) ? &m : nullptr);
 }
 
 namespace {
-
-// One captured row: its msg_id and, for a stream somebody watches, its
-// payload (read by the worker from the table otherwise). A stream nobody
-// watches (the gem's job queues share its prefix) gets no payload copies: a
-// subscriber arriving before the commit has its worker read the rows back,
-// and the ring keeps room for watched streams.
-void capture_row(TxStream *ts, int64 msg_id, const Datum *message) {
-  last_captured_id = Max(last_captured_id, msg_id);
-  char *payload = nullptr;
-  uint32 lens[3] = {0, 0, 0};
-  uint64 exclude = 0;
-  if (message != nullptr && pgbs::guc::inline_payload_max > 0 && !tx.overflowed &&
-      !tx.inline_full && pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0)
-    payload = inline_payload(*message, &lens[0], &lens[1], &lens[2], &exclude);
-  collect(ts, msg_id, payload, lens[0], lens[1], lens[2], false, payload ? exclude : 0);
-}
 
 int msg_id_attnum(Relation rel) {
   const int attnum = attnum_of(RelationGetDescr(rel), "msg_id");
@@ -622,17 +621,17 @@ void capture_after_row(TriggerData *td, TxStream *ts) {
   const Datum id = heap_getattr(tuple, msg_id_attnum(td->tg_relation), desc, &isnull);
   if (isnull)
     return;
+  last_captured_id = Max(last_captured_id, DatumGetInt64(id));
   Datum message = 0;
   bool have_message = false;
-  if (pgbs::guc::inline_payload_max > 0 && !tx.overflowed && !tx.inline_full &&
-      pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0)
+  if (wants_payload(ts))
     if (const int m_att = attnum_of(desc, "message"); m_att > 0) {
       message = heap_getattr(tuple, m_att, desc, &isnull);
       have_message = !isnull;
     }
   // Detoasted values and JSON text live in the trigger's per-tuple context,
   // reset after this call.
-  capture_row(ts, DatumGetInt64(id), have_message ? &message : nullptr);
+  collect_row(ts, DatumGetInt64(id), have_message ? &message : nullptr);
 }
 
 // The AFTER INSERT FOR EACH STATEMENT trigger with REFERENCING NEW TABLE of
@@ -661,10 +660,12 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
     Datum d = slot_getattr(slot, attnum, &isnull);
     if (isnull)
       continue;
+    last_captured_id = Max(last_captured_id, DatumGetInt64(d));
     bool mnull = true;
-    Datum m = message_attnum > 0 ? slot_getattr(slot, message_attnum, &mnull) : (Datum)0;
+    Datum m = message_attnum > 0 && wants_payload(ts) ? slot_getattr(slot, message_attnum, &mnull)
+                                                      : (Datum)0;
     MemoryContext old = MemoryContextSwitchTo(row_cxt);
-    capture_row(ts, DatumGetInt64(d), mnull ? nullptr : &m);
+    collect_row(ts, DatumGetInt64(d), mnull ? nullptr : &m);
     MemoryContextSwitchTo(old);
     MemoryContextReset(row_cxt);
   }
