@@ -199,21 +199,30 @@ async function edge(t, nginx, port, sb) {
   })();
   await t.sleep(1500);
   const opensBefore = Object.fromEntries(Object.entries(await state()).map(([k, s]) => [k, s.opens]));
+  // Counted before the stop is sent: pg_ctl returns only once the postmaster
+  // is gone, and the browser may have reconnected by then.
+  const answersAtStop = answers.length;
   const t0 = Date.now();
   await t.pgCtl(['-m', 'immediate', '-w', 'stop']);
-  const answersAtStop = answers.length;
+  const stopMs = Date.now() - t0;
   // The browser reconnects meanwhile, each stream with its Last-Event-ID:
-  // nginx, refused by the primary, hands it to the standby.
+  // nginx, refused by the primary, hands it to the standby. The standby's
+  // worker counts a connection once its answer is on the way, so the wait
+  // also takes the browser's own record of the answers.
   const onStandby = await t.waitFor(async () => {
     const got = await servedBy(sb.sql);
-    return got.size === N ? got : null;
-  }, { timeout: 20000, what: `the standby to serve all ${N} streams while the primary is down`,
-       describe: async () => JSON.stringify([...(await servedBy(sb.sql))]) });
+    if (got.size !== N || answers.length - answersAtStop < onPrimary.size) return null;
+    const st = await state();
+    return [...onPrimary].every((s) => st[s].opens > opensBefore[s]) ? got : null;
+  }, { timeout: 20000, what: `the standby to serve all ${N} streams while the primary is down, each of the primary's answered again`,
+       describe: async () => `standby serves ${JSON.stringify([...(await servedBy(sb.sql))])}; ` +
+         `${answers.length - answersAtStop} answers since the stop: ${JSON.stringify(answers.slice(answersAtStop).map((a) => a.url.replace(/^.*\/streams\//, '')))}; ` +
+         `opens ${JSON.stringify(Object.entries(await state()).map(([k, v]) => [k, opensBefore[k], v.opens]))}` });
   const whileDown = answers.slice(answersAtStop);
   await t.sleep(1000);
   await t.pgCtl(['-w', '-t', '60', '-l', t.cfg.pgLog, 'start']);
   await t.waitForWorker(STREAMS[0], 30000);
-  t.note(`primary down and back in ${Date.now() - t0} ms; ${whileDown.length} stream answers while it was down, ` +
+  t.note(`primary down and back in ${Date.now() - t0} ms (pg_ctl stop ${stopMs} ms); ${whileDown.length} stream answers while it was down, ` +
          `${onStandby.size} streams on the standby`);
   await t.sleep(3000);
   stop = true;
