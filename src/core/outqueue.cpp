@@ -55,9 +55,12 @@ void OutQueue::set_limits(size_t max_events, size_t max_bytes, OverflowPolicy po
 }
 
 namespace {
-// True when `events` frames of `bytes` plus one more frame of `size` stay within bounds.
-bool within(size_t events, size_t bytes, size_t size, size_t max_events, size_t max_bytes) {
-  return events < max_events && size <= max_bytes && bytes <= max_bytes - size;
+// True when `events` events of `bytes` plus a frame of `more` events and
+// `size` bytes stay within bounds.
+bool within(size_t events, size_t bytes, size_t more, size_t size, size_t max_events,
+            size_t max_bytes) {
+  return more <= max_events && events <= max_events - more && size <= max_bytes &&
+         bytes <= max_bytes - size;
 }
 } // namespace
 
@@ -66,28 +69,29 @@ OutQueue::PushResult OutQueue::push(OutFrame f) {
     frames_.push_back(std::move(f));
     return PushResult::Queued;
   }
-  const size_t size = f.size();
-  const bool alone = events_ == 0 && max_events_ > 0; // takes one frame of any size
-  if (!alone && !within(events_, bytes_, size, max_events_, max_bytes_)) {
+  const size_t size = f.size(), n = f.events;
+  // An empty queue takes one event of any size.
+  const bool alone = events_ == 0 && max_events_ > 0 && n == 1;
+  if (!alone && !within(events_, bytes_, n, size, max_events_, max_bytes_)) {
     switch (policy_) {
     case OverflowPolicy::Disconnect:
       return PushResult::MustDisconnect;
     case OverflowPolicy::Lag:
     case OverflowPolicy::DropNewest:
-      ++dropped_;
+      dropped_ += n;
       return PushResult::DroppedNewest;
     case OverflowPolicy::DropOldest:
-      if (!evict_oldest_for(size)) {
-        ++dropped_;
+      if (!evict_oldest_for(n, size)) {
+        dropped_ += n;
         return PushResult::DroppedNewest;
       }
-      events_++;
+      events_ += n;
       bytes_ += size;
       frames_.push_back(std::move(f));
       return PushResult::DroppedOldest;
     }
   }
-  events_++;
+  events_ += n;
   bytes_ += size;
   frames_.push_back(std::move(f));
   return PushResult::Queued;
@@ -95,41 +99,44 @@ OutQueue::PushResult OutQueue::push(OutFrame f) {
 
 // Evicts the oldest evictable data frames until a frame of `size` fits. Evicts
 // nothing and returns false when even an emptied queue could not take it.
-bool OutQueue::evict_oldest_for(size_t size) {
+bool OutQueue::evict_oldest_for(size_t n, size_t size) {
   size_t first = 0;
   size_t pinned_events = 0, pinned_bytes = 0;
   if (head_offset_ > 0) {
     first = 1;
     if (!frames_.front().control) {
-      pinned_events = 1;
+      pinned_events = frames_.front().events;
       pinned_bytes = frames_.front().size();
     }
   }
-  if (!within(pinned_events, pinned_bytes, size, max_events_, max_bytes_))
+  if (!within(pinned_events, pinned_bytes, n, size, max_events_, max_bytes_))
     return false;
   size_t i = first;
-  while (!within(events_, bytes_, size, max_events_, max_bytes_)) {
+  while (!within(events_, bytes_, n, size, max_events_, max_bytes_)) {
     // Cannot run off the end: the check above shows the evictable frames suffice.
     if (frames_[i].control) {
       ++i;
       continue;
     }
-    events_--;
+    events_ -= frames_[i].events;
     bytes_ -= frames_[i].size();
-    ++dropped_;
+    dropped_ += frames_[i].events;
     frames_.erase(i);
   }
   return true;
 }
 
 namespace {
-// The value of a leading "id: " line of a frame (head first, then body).
-std::string frame_id(const std::string &head, const std::string *body) {
-  const std::string &text = !head.empty() ? head : (body ? *body : head);
-  if (text.compare(0, 4, "id: ") != 0)
+// The value of the "id: " line that starts a frame's last event (head
+// first, then body; a batch's last event at last_at in the body).
+std::string frame_id(const OutFrame &f) {
+  const std::string empty;
+  const std::string &text = !f.head.empty() ? f.head : (f.body ? *f.body : empty);
+  const size_t at = f.head.empty() ? f.last_at : 0;
+  if (text.compare(at, 4, "id: ") != 0)
     return std::string();
-  size_t end = text.find('\n', 4);
-  return text.substr(4, end == std::string::npos ? std::string::npos : end - 4);
+  size_t end = text.find('\n', at + 4);
+  return text.substr(at + 4, end == std::string::npos ? std::string::npos : end - at - 4);
 }
 } // namespace
 
@@ -158,7 +165,7 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
       break;
     }
     if (!f.control) {
-      events_--;
+      events_ -= f.events;
       bytes_ -= f.size();
       // Keep what holds its id: the per-connection head when it has the id
       // line, else the (shared) body. No copy, no allocation per frame.
@@ -178,14 +185,14 @@ size_t OutQueue::read_into(char *buf, size_t cap) {
 namespace pgbs {
 std::string OutQueue::last_written_id() const {
   if (head_offset_ > 0 && !frames_[0].control)
-    return frame_id(frames_[0].head, frames_[0].body.get());
-  return frame_id(last_written_.head, last_written_.body.get());
+    return frame_id(frames_[0]);
+  return frame_id(last_written_);
 }
 
 std::string OutQueue::newest_queued_id() const {
   for (size_t i = frames_.size(); i-- > 0;)
     if (!frames_[i].control)
-      return frame_id(frames_[i].head, frames_[i].body.get());
+      return frame_id(frames_[i]);
   return std::string();
 }
 

@@ -22,10 +22,17 @@ const char *overflow_policy_name(OverflowPolicy p);
 // One queued SSE event: a small per-connection head (usually "id: ...\n")
 // followed by a body shared by every connection that receives the event
 // ("event: ...\ndata: ...\n\n"), so the payload is stored once per stream.
+//
+// A data frame may carry several events of one stream back to back in its
+// body (the engine's batch of a stream's rows for connections in step with
+// it, engine/delivery.cpp): `events` counts them against the bound, and the
+// last one, whose id is the frame's, starts at `last_at` in the body.
 struct OutFrame {
   std::string head;
   std::shared_ptr<const std::string> body;
   bool control = false; // connected/gap/shutdown frames: never dropped, not counted
+  uint32_t events = 1;  // data events in the frame (a batch: more than one)
+  uint32_t last_at = 0; // where the last of them starts in the body
   size_t size() const { return head.size() + (body ? body->size() : 0); }
 };
 
@@ -62,7 +69,9 @@ public:
 
   enum class PushResult { Queued, DroppedOldest, DroppedNewest, MustDisconnect };
 
-  // Appends a frame, applying the policy when the bound would be exceeded.
+  // Appends a frame, applying the policy when the bound would be exceeded
+  // (a frame of several events counts as that many, and is never taken
+  // alone beyond the bounds).
   // DropOldest evicts queued (not partially written) data frames until the new
   // one fits (when even that cannot make room, it discards the new one and
   // returns DroppedNewest); DropNewest (and Lag) discards the new one;
@@ -81,10 +90,10 @@ public:
   // Gives the frame buffer back while nothing is queued (an idle connection).
   void trim() { frames_.release(); }
   size_t buffer_capacity() const { return frames_.capacity(); }
-  size_t events() const { return events_; } // data frames queued
+  size_t events() const { return events_; } // data events queued
   // Data bytes queued; a frame counts whole until its last byte is read out.
   size_t bytes() const { return bytes_; }
-  uint64_t dropped() const { return dropped_; }
+  uint64_t dropped() const { return dropped_; }        // events
   uint64_t frames_written() const { return written_; } // frames fully copied out
   void set_limits(size_t max_events, size_t max_bytes, OverflowPolicy policy);
   // What last_written_id() says before any data frame was written: the
@@ -100,7 +109,7 @@ public:
   std::string newest_queued_id() const;
 
 private:
-  bool evict_oldest_for(size_t size);
+  bool evict_oldest_for(size_t events, size_t size);
 
   FrameRing frames_;
   size_t head_offset_ = 0; // bytes of frames_.front() already copied

@@ -90,21 +90,23 @@ void Engine::demote(Connection &c, size_t k, int64_t from_id) {
 }
 
 bool Engine::push(Connection &c, OutFrame f, bool data) {
-  const size_t bytes = f.size();
+  const size_t bytes = f.size(), n = f.events; // a batch: several events
+  if (c.riding) // (cannot happen: a batch ends before anything else reaches a rider)
+    flush_batch();
   if (!data) {
     f.control = true;
     sink_.push(c.ref, std::move(f));
     return true;
   }
   if (sink_.push(c.ref, std::move(f)) == OutQueue::PushResult::Queued) {
-    counters_.delivered++;
-    batch_.delivered++;
+    counters_.delivered += n;
+    batch_.delivered += n;
     batch_.bytes += bytes;
-    c.pushed++;
+    c.pushed += n;
     return true;
   }
-  counters_.dropped++;
-  batch_.dropped++;
+  counters_.dropped += n;
+  batch_.dropped += n;
   if (!c.overflow_noted) {
     c.overflow_noted = true;
     obs_.diagnostic(c.id, "overflow", c.subs[0].st->info.name,

@@ -82,6 +82,7 @@ struct Counters {
 
 struct Stream;
 struct Connection;
+struct Sub;
 
 class Engine {
 public:
@@ -196,6 +197,9 @@ private:
   void drop_stream(int64_t id, const char *reason);
   size_t dispatch_slice(std::vector<ring::Event> &events, size_t begin);
   void dispatch(Stream &st, const Row &row);
+  bool rides(const Connection &c, const Sub &sub) const;
+  bool fits(const Connection &c, size_t events, size_t bytes) const;
+  void flush_batch();
   void unread(Stream &st, int64_t id);
   void remember_unread(Stream &st, int64_t id);
   void deleted(Stream &st, int64_t id);
@@ -234,6 +238,8 @@ private:
   std::unordered_map<std::string, int64_t> by_name_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
   std::vector<Connection *> paging_;
+  Stream *batching_ = nullptr;             // the stream whose run of rows is batched (at most one)
+  static constexpr size_t kBatchRows = 64; // rows in one batch at most
   std::vector<Connection *> subscriber_conns_;
   std::vector<Stream *> watched_;
   std::vector<Stream *> awake_; // streams holding their entry (the full rounds' streams)

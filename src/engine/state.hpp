@@ -36,8 +36,21 @@ struct Stream {
   uint64_t touched_round = 0; // the last round a subscription or a wake needed it
   cursor::StreamPosition pos; // horizon + ids dispatched above it
   cursor::StreamPosition pos_before; // pos before the row being dispatched was added
-  mutable std::string token;         // pos encoded (see Engine::token_of)
-  mutable bool token_stale = true;   // pos changed since token was encoded
+  // This round's run of rows for the connections in step with the stream,
+  // pushed to each of them as one frame when the run ends (Engine::ride).
+  struct Batched {
+    int64_t msg_id;
+    int64_t commit_us;
+    std::shared_ptr<const std::string> body;
+    std::shared_ptr<const std::string> frame; // id line included
+    cursor::StreamPosition before;            // pos before this row
+    StreamDelta others;                       // its figures from the connections not riding
+  };
+  std::vector<Batched> batch;
+  size_t batch_bytes = 0;
+  size_t riders = 0;               // connections riding the batch
+  mutable std::string token;       // pos encoded (see Engine::token_of)
+  mutable bool token_stale = true; // pos changed since token was encoded
   std::vector<Connection *> conns;
   int64_t published_horizon = 0;
   // Recent ephemeral broadcasts (memory_retention), and the ids of those no
@@ -134,6 +147,8 @@ struct Connection {
   std::vector<Sub> subs;
   std::vector<PendingSub> pending; // streams not born yet (Engine::settle_pending)
   bool paging_listed = false;      // on Engine::paging_
+  bool riding = false;             // on its stream's batch, from row ride_from
+  size_t ride_from = 0;
   bool overflow_noted = false;
   // Durable subscribers: the token of each data frame pushed, by push index
   // (1, 2, ...), oldest first; bounded: when it is full the oldest are

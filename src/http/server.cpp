@@ -630,16 +630,17 @@ OutQueue::PushResult Server::push(Conn *c, OutFrame frame) {
   if ((c->phase != Phase::Opening && c->phase != Phase::Open) || c->ending || c->kill)
     return R::DroppedNewest; // not streaming (any more)
   const bool control = frame.control;
+  const uint32_t events = frame.events; // data events in it (a batch: several)
   const uint64_t dropped_before = c->queue.dropped();
   const R r = c->queue.push(std::move(frame));
   const uint64_t dropped = c->queue.dropped() - dropped_before;
   c->last_activity_ms = impl_->clock_ms; // refreshed by tick(): no clock read per frame
   switch (r) {
   case R::Queued:
-    c->data_queued += control ? 0 : 1;
+    c->data_queued += control ? 0 : events;
     break;
   case R::DroppedOldest:
-    c->data_queued++;
+    c->data_queued += events;
     c->evicted += dropped;
     impl_->note_gap(c, dropped);
     break;

@@ -91,7 +91,7 @@ struct Conn {
   int64_t last_activity_ms = 0;       // open() or the last push(); heartbeats do not count
   int64_t opened_ms = 0;              // open(), monotonic
   int64_t end_of_life_ms = INT64_MAX; // max_lifetime deadline, from open()
-  uint64_t data_queued = 0;           // data frames that entered the queue
+  uint64_t data_queued = 0;           // data events that entered the queue
   uint64_t evicted = 0;               // data frames evicted by drop_oldest
   uint64_t copied = 0;                // data frames fully handed to MHD
   uint64_t delivered = 0;             // data frames MHD has written to the socket

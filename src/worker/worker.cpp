@@ -367,8 +367,10 @@ int run() {
       timeout = 5; // paged replays wait for their connection's queue to drain
     if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
       timeout = 100; // floors of aborted transactions are swept while any are held
-    if (const long poll = hub.ring_poll_ms(); poll >= 0 && (timeout < 0 || timeout > poll))
+    if (const long poll = hub.ring_poll_ms();
+        poll >= 0 && defer_ms < 0 && (timeout < 0 || timeout > poll))
       timeout = poll; // commits come too fast to be woken for each: read on a timer
+                      // (not while paced: the round after the pause reads them)
     WaitEvent events[3];
     pg::call([&] {
       (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
@@ -399,24 +401,27 @@ int run() {
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
       server.tick();
-      // A step that fails (one stream's table broken, say) must not keep the
-      // listener from running: each is caught on its own.
-      guarded([&] { hub.cycle(); });
-      if (!listening)
-        continue;
-      guarded([&] { replays_pending = hub.continue_replays(); });
       // Write pacing: a write round costs about one send per connection with
       // something queued. When a round took over a millisecond, the next one
       // waits as long as it took (at most half the time writing), so under
       // load several events leave in one send; small fan-outs never wait.
+      // Commits wait in the ring meanwhile, and the next round takes them
+      // all at once: the engine then queues each stream's run of them as one
+      // frame per connection (engine/engine.cpp, Engine::flush_batch).
       const int64 now_us = (int64)GetCurrentTimestamp();
-      if (now_us < next_run_us) {
+      if (listening && now_us < next_run_us) {
         defer_ms = (long)((next_run_us - now_us + 999) / 1000);
         publish_stats(hub, server);
         conn_rows.step(hub, server);
         continue;
       }
       defer_ms = -1;
+      // A step that fails (one stream's table broken, say) must not keep the
+      // listener from running: each is caught on its own.
+      guarded([&] { hub.cycle(); });
+      if (!listening)
+        continue;
+      guarded([&] { replays_pending = hub.continue_replays(); });
       // Requests are read by MHD while it runs; a request read by the last
       // run() of a round is decided in the next round of this loop, not after
       // the next wake-up.

@@ -456,3 +456,59 @@ TEST(OutQueue, BufferKeptBetweenRoundsAndGivenBackWhenIdle) {
   drain(q);
   EXPECT_EQ(q.buffer_capacity(), 0u); // a burst's buffer goes as it empties
 }
+
+// A batch: several events of one stream in one frame (the engine's run of
+// rows for connections in step with the stream). It counts as that many
+// events against the bound and in the figures, is never taken alone beyond
+// the bounds, and its id is its last event's.
+namespace {
+OutFrame batch_frame(int first, int count) {
+  auto text = std::make_shared<std::string>();
+  OutFrame f;
+  for (int i = first; i < first + count; ++i) {
+    f.last_at = (uint32_t)text->size();
+    *text += "id: 9~" + std::to_string(i) + "\ndata: x\n\n";
+  }
+  f.body = text;
+  f.events = (uint32_t)count;
+  return f;
+}
+} // namespace
+
+TEST(OutQueue, BatchCountsItsEventsAndCarriesItsLastId) {
+  OutQueue q(5, 1000, OverflowPolicy::Lag);
+  EXPECT_EQ(q.push(batch_frame(1, 3)), OutQueue::PushResult::Queued);
+  EXPECT_EQ(q.events(), 3u);
+  EXPECT_EQ(q.newest_queued_id(), "9~3");
+  // Three more would make six: refused whole, counted as three dropped.
+  EXPECT_EQ(q.push(batch_frame(4, 3)), OutQueue::PushResult::DroppedNewest);
+  EXPECT_EQ(q.dropped(), 3u);
+  EXPECT_EQ(q.push(batch_frame(4, 2)), OutQueue::PushResult::Queued);
+  EXPECT_EQ(q.events(), 5u);
+  char buf[256];
+  const size_t n = q.read_into(buf, 10); // inside the first batch
+  EXPECT_EQ(n, 10u);
+  EXPECT_EQ(q.last_written_id(), "9~3"); // it will be completed: its last id is the resume point
+  const size_t m = q.read_into(buf + n, sizeof(buf) - n);
+  EXPECT_EQ(q.events(), 0u);
+  EXPECT_EQ(q.last_written_id(), "9~5");
+  EXPECT_EQ(frames_of(std::string(buf, n + m)),
+            (std::vector<std::string>{"9~1", "9~2", "9~3", "9~4", "9~5"}));
+}
+
+TEST(OutQueue, BatchIsNotTakenAloneBeyondTheBounds) {
+  OutQueue q(2, 1000, OverflowPolicy::DropNewest);
+  EXPECT_EQ(q.push(batch_frame(1, 3)), OutQueue::PushResult::DroppedNewest);
+  EXPECT_EQ(q.events(), 0u);
+  EXPECT_EQ(q.dropped(), 3u);
+  EXPECT_EQ(q.push(batch_frame(1, 2)), OutQueue::PushResult::Queued);
+}
+
+TEST(OutQueue, EvictingABatchCountsEachOfItsEvents) {
+  OutQueue q(4, 1000, OverflowPolicy::DropOldest);
+  ASSERT_EQ(q.push(batch_frame(1, 3)), OutQueue::PushResult::Queued);
+  ASSERT_EQ(q.push(data_frame(4)), OutQueue::PushResult::Queued);
+  EXPECT_EQ(q.push(data_frame(5)), OutQueue::PushResult::DroppedOldest);
+  EXPECT_EQ(q.dropped(), 3u);
+  EXPECT_EQ(q.events(), 2u);
+}
