@@ -5,11 +5,11 @@
 // closed, a waiting stream born) get their row appended, rewritten in place
 // or removed (the last row moved into its place), planned outside the lock
 // and copied under it, so presence counts never see a connection twice or
-// miss one. A whole rewrite (every connection from scratch) is left
-// for when the hub named more changes than it keeps. The periodic refresh of
-// the figures (queued, delivered, cursor, state) goes a slice of rows per
-// turn of the loop, so that it never holds the loop up for a pass over every
-// connection (with thousands of them, that pass took tens of milliseconds,
+// miss one. A whole rewrite (every connection from scratch) is left for
+// when the hub named more changes than it keeps (or a connection found no
+// room). The periodic refresh of the figures (queued, delivered, cursor,
+// state) goes a slice of rows per turn of the loop, so that it never holds
+// the loop up for a pass over every connection (with thousands of them, that pass took tens of milliseconds,
 // twice a second: a stall every delivery in flight waited out).
 #pragma once
 #include "http/server.hpp"
