@@ -9,8 +9,9 @@
 // when the hub named more changes than it keeps (or a connection found no
 // room). The periodic refresh of the figures (queued, delivered, cursor,
 // state) goes a slice of rows per turn of the loop, so that it never holds
-// the loop up for a pass over every connection (with thousands of them, that pass took tens of milliseconds,
-// twice a second: a stall every delivery in flight waited out).
+// the loop up for a pass over every connection (with thousands of them,
+// that pass took tens of milliseconds, twice a second: a stall every
+// delivery in flight waited out).
 #pragma once
 #include "http/server.hpp"
 #include "shmem/shared.hpp"
