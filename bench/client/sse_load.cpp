@@ -81,6 +81,7 @@ struct Opts {
     bool quickack = false;                 // TCP_QUICKACK after every read
     double read_bps = -1;                  // slow reader: bytes/s per connection once up (<0: no limit)
     int rcvbuf = 0;                        // SO_RCVBUF set before connect (0: kernel default)
+    double close_rate = 0;                 // at the end, connections closed per second (0: all at once)
 };
 
 void usage() {
@@ -108,6 +109,8 @@ void usage() {
             "  --stall               once up, connections stop reading (= --read-bps 0)\n"
             "  --rcvbuf B            SO_RCVBUF before connect (small: a stalled reader fills\n"
             "                        the server's socket buffer sooner)\n"
+            "  --close-rate R        at the end, close R connections per second (default: all\n"
+            "                        at once)\n"
             "  --label L             copied into the JSON\n");
 }
 
@@ -141,6 +144,7 @@ Opts parse_opts(int argc, char** argv) {
         else if (a == "--read-bps") o.read_bps = parse_double("--read-bps", need());
         else if (a == "--stall") o.read_bps = 0;
         else if (a == "--rcvbuf") o.rcvbuf = int(parse_ll("--rcvbuf", need()));
+        else if (a == "--close-rate") o.close_rate = parse_double("--close-rate", need());
         else if (a == "-h" || a == "--help") { usage(); exit(0); }
         else { usage(); die("unknown option %s", a.c_str()); }
     }
@@ -151,6 +155,7 @@ Opts parse_opts(int argc, char** argv) {
     if (o.src_addrs.empty()) die("--src-addrs is empty");
     if (o.ramp_batch < 1) o.ramp_batch = 1;
     if (o.duration < 0 || o.duration > 86400) die("--duration out of range");
+    if (o.close_rate < 0 || o.close_rate > 1e6) die("--close-rate out of range");
     if (o.warmup < 0 || o.warmup > 3600) die("--warmup out of range");
     return o;
 }
@@ -761,7 +766,19 @@ struct Child {
             }
         }
         stopping = true;
-        for (auto& c : conns) close_conn(c, "end");
+        // Paced: one close per 1/R s, each its own event at the server (a
+        // wave of clients leaving, not one burst).
+        const int64_t gap_us = o.close_rate > 0 ? int64_t(1e6 / (o.close_rate / o.procs)) : 0;
+        int64_t next_us = mono_us();
+        for (auto& c : conns) {
+            if (c.state == ST_CLOSED) continue;
+            if (gap_us > 0) {
+                for (int64_t now = mono_us(); now < next_us; now = mono_us())
+                    usleep(useconds_t(next_us - now));
+                next_us += gap_us;
+            }
+            close_conn(c, "end");
+        }
     }
 
     void report() {

@@ -19,13 +19,8 @@ void copy_text(char *dst, size_t cap, const std::string &src) {
   dst[n] = '\0';
 }
 
-// What presence reads in a row: the connection, its streams, its identity.
-bool same_presence(const shmem::ConnSnapshot &a, const shmem::ConnSnapshot &b) {
-  return a.conn_id == b.conn_id && a.nstreams == b.nstreams &&
-         memcmp(a.stream_ids, b.stream_ids, sizeof(a.stream_ids[0]) * a.nstreams) == 0 &&
-         a.has_identity == b.has_identity && strcmp(a.identity, b.identity) == 0;
-}
-
+// What presence reads in a row (the connection, its streams, its identity),
+// hashed.
 uint64 presence_digest(const shmem::ConnSnapshot &r) {
   uint64 h = hash_bytes_extended((const unsigned char *)r.stream_ids,
                                  (int)(sizeof(r.stream_ids[0]) * r.nstreams), r.conn_id);
@@ -35,6 +30,14 @@ uint64 presence_digest(const shmem::ConnSnapshot &r) {
 }
 
 } // namespace
+
+ConnRows::ConnRows(int worker_index)
+    : worker_(worker_index),
+      capacity_(std::max(shmem::shared()->worker_conns[worker_index].capacity, 0)),
+      id_at_((size_t)capacity_), digest_at_((size_t)capacity_) {
+  index_.reserve((size_t)capacity_);
+  staged_.reserve((size_t)kSlice);
+}
 
 bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo &ci,
                     shmem::ConnSnapshot *r) {
@@ -67,49 +70,130 @@ bool ConnRows::rewrite(const Hub &hub, const http::Server &server) {
   shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_];
   std::vector<http::ConnectionInfo> infos = server.connections();
   std::vector<shmem::ConnSnapshot> rows;
-  rows.reserve(std::min(infos.size(), (size_t)std::max(wc->capacity, 0)));
+  rows.reserve(std::min(infos.size(), (size_t)capacity_));
+  index_.clear();
+  truncated_ = false;
   uint64 digest = 0;
   shmem::ConnSnapshot r;
   for (const http::ConnectionInfo &ci : infos) {
-    if ((int)rows.size() >= wc->capacity)
-      break;
     if (!fill(hub, ci.conn_id, ci, &r))
       continue;
-    digest += presence_digest(r); // a sum: independent of the order of the rows
+    if ((int)rows.size() >= capacity_) {
+      truncated_ = true;
+      break;
+    }
+    const int i = (int)rows.size();
+    id_at_[(size_t)i] = r.conn_id;
+    digest_at_[(size_t)i] = presence_digest(r);
+    digest += digest_at_[(size_t)i]; // a sum: independent of the order of the rows
+    index_[r.conn_id] = i;
     rows.push_back(r);
   }
   // Room and rows first: nothing under the lock allocates.
   LWLockAcquire(wc->lock, LW_EXCLUSIVE);
   if (!rows.empty())
     memcpy(wc->items, rows.data(), rows.size() * sizeof(shmem::ConnSnapshot));
-  wc->count = (int)rows.size();
+  wc->count = count_ = (int)rows.size();
   LWLockRelease(wc->lock);
-  passing_ = needs_rewrite_ = false; // every row is fresh
+  passing_ = rewrite_ = false; // every row is fresh
   const bool moved = digest != digest_;
   digest_ = digest;
   return moved;
+}
+
+bool ConnRows::apply(const Hub &hub, const http::Server &server, const std::vector<uint64_t> &ids) {
+  int n = count_;
+  bool moved = false;
+  http::ConnectionInfo ci;
+  shmem::ConnSnapshot r;
+  for (uint64_t cid : ids) {
+    auto it = index_.find(cid);
+    if (server.connection(cid, &ci) && fill(hub, cid, ci, &r)) {
+      const uint64 d = presence_digest(r);
+      int to;
+      if (it != index_.end()) { // changed: its row in place
+        to = it->second;
+        moved |= d != digest_at_[(size_t)to];
+        digest_ += d - digest_at_[(size_t)to];
+      } else if (n < capacity_) { // joined: a row at the end
+        to = n++;
+        id_at_[(size_t)to] = cid;
+        index_.emplace(cid, to);
+        digest_ += d;
+        moved = true;
+      } else {
+        truncated_ = true; // no room (max_connections lowered by a reload, say)
+        continue;
+      }
+      digest_at_[(size_t)to] = d;
+      ops_.push_back(Op{to, -1, (int)staged_.size()});
+      staged_.push_back(r);
+      if (staged_.size() >= (size_t)kSlice)
+        flush(n);                    // staged rows bounded
+    } else if (it != index_.end()) { // left: the last row takes its place
+      const int at = it->second, last = n - 1;
+      digest_ -= digest_at_[(size_t)at];
+      index_.erase(it);
+      if (at != last) {
+        id_at_[(size_t)at] = id_at_[(size_t)last];
+        digest_at_[(size_t)at] = digest_at_[(size_t)last];
+        index_[id_at_[(size_t)at]] = at;
+        ops_.push_back(Op{at, last, -1});
+      }
+      n--;
+      moved = true;
+      if (truncated_)
+        rewrite_ = true; // room for a connection that had none
+    }
+  }
+  flush(n);
+  return moved;
+}
+
+void ConnRows::flush(int count) {
+  if (ops_.empty() && count == count_)
+    return;
+  shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_];
+  // Planned by apply(): under the lock only copies, in order, and the count.
+  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
+  for (const Op &op : ops_)
+    memcpy(&wc->items[op.to], op.from >= 0 ? &wc->items[op.from] : &staged_[(size_t)op.staged],
+           sizeof(shmem::ConnSnapshot));
+  wc->count = count_ = count;
+  LWLockRelease(wc->lock);
+  ops_.clear();
+  staged_.clear();
+}
+
+bool ConnRows::update(Hub &hub, const http::Server &server) {
+  const bool complete = hub.take_changed(&changed_);
+  if (!complete || rewrite_)
+    return rewrite(hub, server);
+  return !changed_.empty() && apply(hub, server, changed_);
 }
 
 void ConnRows::step(const Hub &hub, const http::Server &server) {
   if (!passing_)
     return;
   shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_];
-  const int count = wc->count; // only this process writes its rows
-  const int end = std::min(count, next_ + kSlice);
+  const int end = std::min(count_, next_ + kSlice);
   slice_.resize((size_t)kSlice);
+  stale_.clear();
   bool moved = false;
   http::ConnectionInfo ci;
   for (int i = next_; i < end; ++i) {
-    const shmem::ConnSnapshot &old = wc->items[i];
+    const uint64_t cid = id_at_[(size_t)i];
     shmem::ConnSnapshot &r = slice_[(size_t)(i - next_)];
-    if (!server.connection(old.conn_id, &ci) || !fill(hub, old.conn_id, ci, &r)) {
-      passing_ = false; // gone, or no longer described: every row again
-      needs_rewrite_ = true;
-      return;
+    if (!server.connection(cid, &ci) || !fill(hub, cid, ci, &r)) {
+      r = wc->items[i]; // gone, or no longer described: removed below
+      stale_.push_back(cid);
+      continue;
     }
-    if (!same_presence(old, r)) {
+    const uint64 d = presence_digest(r);
+    if (d != digest_at_[(size_t)i]) {
       moved = true;
-      digest_ += presence_digest(r) - presence_digest(old);
+      digest_ += d - digest_at_[(size_t)i];
+      digest_at_[(size_t)i] = d;
     }
   }
   if (end > next_) {
@@ -118,7 +202,9 @@ void ConnRows::step(const Hub &hub, const http::Server &server) {
     LWLockRelease(wc->lock);
   }
   next_ = end;
-  if (next_ >= count)
+  if (!stale_.empty())
+    moved |= apply(hub, server, stale_);
+  if (next_ >= count_)
     passing_ = false;
   if (moved) // a waiting subscription whose stream appeared, say
     shmem::presence_changed(worker_);

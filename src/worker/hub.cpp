@@ -163,6 +163,7 @@ bool ShmemObserver::awaited(const std::string &name, bool on) {
 Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
     : server_(server), dboid_(dboid), worker_index_(worker_index), sink_(server),
       obs_(dboid, worker_index), engine_(engine_config(), rows_, sink_, obs_), reader_(dboid) {
+  changed_max_ = (size_t)std::max(shmem::shared()->worker_conns[worker_index_].capacity, 64);
   shmem::clear_subscriber_bits(worker_index_); // left by a previous process in this slot
   shmem::clear_awaited(worker_index_);
   reader_.start();
@@ -170,6 +171,21 @@ Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
 }
 
 Hub::~Hub() = default; // the engine releases every connection still open
+
+void Hub::changed(uint64_t conn_id) {
+  if (changed_.size() < changed_max_)
+    changed_.push_back(conn_id);
+  else
+    changed_overflow_ = true;
+}
+
+bool Hub::take_changed(std::vector<uint64_t> *out) {
+  out->clear();
+  out->swap(changed_); // both keep their room: no allocation per turn
+  const bool complete = !changed_overflow_;
+  changed_overflow_ = false;
+  return complete;
+}
 
 void Hub::reload_catalog() {
   const uint64_t version = reader_.catalog_version();
@@ -233,7 +249,7 @@ void Hub::cycle(bool full) {
       bool wants = false;
       if (!engine_.presence_of(id, &streams, &sub, &wants))
         continue;
-      membership_++;
+      changed(id);
       if (wants) {
         presence_.remove(id);
         presence_.add(id, streams);
@@ -244,6 +260,7 @@ void Hub::cycle(bool full) {
 }
 
 void Hub::subscribe(const http::Request &req) {
+  changed(req.conn_id); // first: its row follows what the engine decided, even on an error
   engine::Subscribe s;
   s.signed_name = req.signed_name;
   s.token = req.token;
@@ -267,11 +284,8 @@ void Hub::subscribe(const http::Request &req) {
   std::vector<std::pair<int64_t, std::string>> streams;
   std::optional<std::string> sub;
   bool wants = false;
-  if (engine_.presence_of(req.conn_id, &streams, &sub, &wants)) {
-    membership_++;
-    if (wants)
-      presence_.add(req.conn_id, streams);
-  }
+  if (engine_.presence_of(req.conn_id, &streams, &sub, &wants) && wants)
+    presence_.add(req.conn_id, streams);
   publish_lookup_figures();
 }
 

@@ -85,15 +85,15 @@ public:
   void new_batch() { batch_bounded_ = false; }
   void subscribe(const http::Request &req);
   void closed(uint64_t conn_id) {
-    std::vector<std::pair<int64_t, std::string>> streams;
-    std::optional<std::string> sub;
-    if (presence_of(conn_id, &streams, &sub))
-      membership_++; // a subscription, not a refused request
+    changed(conn_id);
     presence_.remove(conn_id);
     engine_.closed(conn_id);
   }
-  // Subscriptions opened or closed so far: presence rows must be rewritten.
-  uint64_t membership() const { return membership_; }
+  // The connections whose rows in connections() may have moved since the
+  // last call (subscribed, closed, a waiting stream born; in any order, an id
+  // possibly more than once), swapped into *out. False when more were named
+  // than a worker has rows (the list is bounded): then every row is rewritten.
+  bool take_changed(std::vector<uint64_t> *out);
   bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
                    std::optional<std::string> *sub) const {
     bool wants;
@@ -141,7 +141,10 @@ private:
   engine::HorizonBounds bounds_;
   std::vector<ring::Event> events_;
   engine::PresenceFeed presence_;
-  uint64_t membership_ = 0;
+  void changed(uint64_t conn_id);
+  std::vector<uint64_t> changed_;
+  size_t changed_max_;
+  bool changed_overflow_ = false;
   uint64_t presence_seen_ = 0;
   bool presence_bit_ = false; // this worker's bit in shmem presence_workers
   std::map<int64_t, engine::PresenceCounts> presence_counts_;

@@ -334,8 +334,6 @@ int run() {
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
-  size_t last_snapshot_count = 0;
-  uint64_t last_membership = 0;
   ConnRows conn_rows(worker_index);
   int64 last_flush_ms = 0;
   int64 last_retention_ms = 0;
@@ -478,19 +476,12 @@ int run() {
       }
       publish_stats(hub, server);
       int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      // Rewritten at once when the set of connections changed (then presence
-      // watchers on every worker are told); refreshed every 500 ms a slice
-      // per turn (worker/conn_rows.hpp).
-      const bool joined_or_left = hub.membership() != last_membership;
-      if (server.connection_count() != last_snapshot_count || joined_or_left ||
-          conn_rows.needs_rewrite()) {
-        const bool moved = conn_rows.rewrite(hub, server);
-        last_snapshot_ms = now_ms;
-        last_snapshot_count = server.connection_count();
-        last_membership = hub.membership();
-        if (joined_or_left || moved)
-          shmem::presence_changed(worker_index);
-      } else if (now_ms - last_snapshot_ms >= 500 && !conn_rows.passing()) {
+      // The rows of the connections that came, went or changed, at once (then
+      // presence watchers on every worker are told); every row refreshed every
+      // 500 ms a slice per turn (worker/conn_rows.hpp).
+      if (conn_rows.update(hub, server))
+        shmem::presence_changed(worker_index);
+      if (now_ms - last_snapshot_ms >= 500 && !conn_rows.passing()) {
         last_snapshot_ms = now_ms;
         conn_rows.start_pass();
       }
