@@ -293,6 +293,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     }
     s.st->conns.push_back(conn);
     obs_.subscribers(s.st->handle, 1);
+    heat(*s.st); // a new subscription syncs when the horizon next moves
     record_history(s.st->info.name, "connect", 0, 0);
     if (s.paging) {
       s.paging = false;

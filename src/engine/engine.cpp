@@ -133,6 +133,7 @@ void Engine::drop_stream(int64_t id, const char *reason) {
     by_name_.erase(bn);
   Stream *st = it->second.get();
   watched_.erase(std::remove(watched_.begin(), watched_.end(), st), watched_.end());
+  hot_.erase(std::remove(hot_.begin(), hot_.end(), st), hot_.end());
   eph_checks_.erase(std::remove(eph_checks_.begin(), eph_checks_.end(), st), eph_checks_.end());
   if (st->idle_listed)
     idle_.erase(std::remove(idle_.begin(), idle_.end(), st), idle_.end());
@@ -152,6 +153,13 @@ Stream *Engine::find_by_name(const std::string &name) {
 // Horizons matter where connections are; the other streams' positions only
 // have to stay compact and exact when someone subscribes (a full pass
 // first). So a wake-up costs O(streams with connections), not O(streams).
+void Engine::heat(Stream &st) {
+  if (!st.hot) {
+    st.hot = true;
+    hot_.push_back(&st);
+  }
+}
+
 const std::vector<int64_t> &Engine::round_streams(bool full) {
   full = full || last_full_us_ < 0 || now_us_ - last_full_us_ >= 100 * 1000;
   if (full)
@@ -162,11 +170,20 @@ const std::vector<int64_t> &Engine::round_streams(bool full) {
     round_ids_.push_back(st.info.id);
     round_handles_.push_back(st.handle);
   };
-  if (full)
+  hot_.erase(std::remove_if(hot_.begin(), hot_.end(), [](const Stream *st) { return !st->hot; }),
+             hot_.end());
+  if (full) {
     for (Stream *st : awake_) // a dormant stream needs no horizon (lifetime.cpp)
       include(*st);
-  else
-    for (Stream *st : watched_)
+    return round_ids_;
+  }
+  // Between full rounds, only the watched streams whose horizon may move:
+  // with thousands of watched streams and a few written per round, a visit
+  // to each every round took a third of the worker's time. One left out
+  // here waits at most for the next full round (100 ms) with its horizon
+  // lower meanwhile, which only makes tokens name a few more ids.
+  for (Stream *st : hot_)
+    if (st->awake && !st->conns.empty())
       include(*st);
   return round_ids_;
 }
@@ -223,6 +240,8 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     if (sit == streams_.end())
       continue;
     Stream &st = *sit->second;
+    if (st.awake)
+      heat(st); // its committed maximum moved: the next round bounds it
     if (!st.awake) {
       // Dormant: its position restarts from the table when it wakes; its
       // ephemeral broadcasts exist nowhere else, so they are retained.
@@ -278,10 +297,22 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
 
 void Engine::round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds) {
   round_no_++;
+  // The streams bounded now are visited now: each is hot again only if its
+  // rows come in this round's drain (bounded before it) or a floor or a loss
+  // needs another visit (advance_horizons). While frozen nothing moves, so
+  // they stay hot.
+  if (!bounds.frozen)
+    for (const auto &[id, max] : bounds.max_committed) {
+      auto sit = streams_.find(id);
+      if (sit != streams_.end())
+        sit->second->hot = false;
+    }
   release_idle();
   for (Stream *st : unsettled_) // (see Engine::wake)
-    if (!complete)
+    if (!complete) {
       st->ephemeral_floor_rounds = 2;
+      heat(*st);
+    }
   unsettled_.clear();
   // Ring events were lost: they came before some of these in commit order,
   // so nothing of this round goes live; every subscription pages instead.
@@ -552,6 +583,7 @@ void Engine::ephemeral_lost(Stream &st, uint64_t lost) {
   // round and the next: a cursor below it hears of them, and a new
   // subscription pages (and hears) instead of trusting the stream's position.
   st.ephemeral_floor_rounds = 2;
+  heat(st);
   for (Connection *c : std::vector<Connection *>(st.conns))
     for (size_t k = 0; k < c->subs.size(); ++k)
       if (c->subs[k].st == &st)
@@ -567,8 +599,11 @@ void Engine::advance_horizons(const HorizonBounds &b) {
       continue; // gone, or released at the start of this round
     Stream *st = sit->second.get();
     int64_t h = max;
-    if (const int64_t *f = b.floor_of(id))
+    const int64_t *f = b.floor_of(id);
+    if (f)
       h = std::min(h, *f);
+    if (f != nullptr || st->ephemeral_floor_rounds > 1 || st->first_bounds)
+      heat(*st); // a floor holds it, or a loss still raises its floors: again next round
     if (st->ephemeral_floor_rounds > 0) {
       st->ephemeral_floor_rounds--;
       const int64_t upto = std::max(max, st->pos.highest());

@@ -242,6 +242,8 @@ private:
   static constexpr size_t kBatchRows = 64; // rows in one batch at most
   std::vector<Connection *> subscriber_conns_;
   std::vector<Stream *> watched_;
+  std::vector<Stream *> hot_; // streams a round between the full ones visits (Stream::hot)
+  void heat(Stream &st);
   std::vector<Stream *> awake_; // streams holding their entry (the full rounds' streams)
   std::vector<Stream *> idle_;  // awake streams without connections (some may have one again)
   uint64_t round_no_ = 0;

@@ -37,6 +37,7 @@ Engine::Wake Engine::wake(Stream &st) {
   st.tail_unknown = false;
   st.lost_upto = std::max(st.lost_upto, max);
   st.first_bounds = true;
+  heat(st);
   // Its ephemeral broadcasts since it was loaded came through the ring and
   // are retained (or listed as evicted); those from before this process
   // are gone, and so is what an incomplete drain lost while it slept.
@@ -53,7 +54,7 @@ Engine::Wake Engine::wake(Stream &st) {
   }
   st.woken_before = true;
   if (st.lossy)
-    st.ephemeral_floor_rounds = 2;
+    st.ephemeral_floor_rounds = 2; // (hot: first_bounds above)
   st.lossy = false;
   idle(st);
   return Wake::Ok;

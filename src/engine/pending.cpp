@@ -129,6 +129,7 @@ void Engine::start_pending(Stream &st) {
       obs_.watched(st.handle, true);
     }
     st.conns.push_back(c);
+    heat(st); // its subscription syncs when the horizon next moves
     obs_.subscribers(st.handle, 1);
     record_history(st.info.name, "connect", 0, 0);
     obs_.diagnostic(c->id, "subscribed", st.info.name, "stream born; since=" + conn_token(*c));

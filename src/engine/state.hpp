@@ -48,7 +48,11 @@ struct Stream {
   };
   std::vector<Batched> batch;
   size_t batch_bytes = 0;
-  size_t riders = 0;               // connections riding the batch
+  size_t riders = 0; // connections riding the batch
+  // On Engine::hot_: its horizon may move in the next round (rows came, a
+  // floor holds it, a connection joined); the rounds between the full ones
+  // visit only these streams.
+  bool hot = false;
   mutable std::string token;       // pos encoded (see Engine::token_of)
   mutable bool token_stale = true; // pos changed since token was encoded
   std::vector<Connection *> conns;
