@@ -150,9 +150,6 @@ Stream *Engine::find_by_name(const std::string &name) {
   return st == streams_.end() ? nullptr : st->second.get();
 }
 
-// Horizons matter where connections are; the other streams' positions only
-// have to stay compact and exact when someone subscribes (a full pass
-// first). So a wake-up costs O(streams with connections), not O(streams).
 void Engine::heat(Stream &st) {
   if (!st.hot) {
     st.hot = true;
@@ -160,6 +157,9 @@ void Engine::heat(Stream &st) {
   }
 }
 
+// Horizons matter where connections are; the other streams' positions only
+// have to stay compact and exact when someone subscribes (a full pass
+// first). So a wake-up costs O(streams with connections), not O(streams).
 const std::vector<int64_t> &Engine::round_streams(bool full) {
   full = full || last_full_us_ < 0 || now_us_ - last_full_us_ >= 100 * 1000;
   if (full)
@@ -435,8 +435,9 @@ bool Engine::fits(const Connection &c, size_t events, size_t bytes) const {
 
 // Ends the batched run: each rider gets the rows from where it joined as one
 // frame when they fit its queue, else row by row exactly as deliver() would
-// (a lagging one stops at the first that does not fit and pages the rest).
-// Each row's figures then go out as if it had been dispatched alone.
+// (a lagging one waits at the first that does not fit and pages from there;
+// a later row with a lower id is still delivered to it). Each row's figures
+// then go out as if it had been dispatched alone.
 void Engine::flush_batch() {
   Stream *stp = batching_;
   batching_ = nullptr;
@@ -452,6 +453,7 @@ void Engine::flush_batch() {
   // Riders that got every row from index i on (a difference array), and
   // rows got or dropped one by one.
   std::vector<int64_t> got_from(n, 0), dropped_from(n, 0), got(n, 0), dropped(n, 0);
+  std::vector<uint64_t> bytes(n, 0); // of the rows got one by one
   std::shared_ptr<const std::string> joined;
   size_t joined_from = n;
   uint32_t last_at = 0;
@@ -490,10 +492,11 @@ void Engine::flush_batch() {
         // it pages from (ids committed out of order), as in deliver().
         Row row;
         row.msg_id = rows[i].msg_id;
-        const uint64_t before = counters_.delivered, lost = counters_.dropped;
-        deliver(*c, 0, row, rows[i].body);
+        const uint64_t before = counters_.delivered, lost = counters_.dropped, by = batch_.bytes;
+        deliver(*c, 0, row, rows[i].body); // its own id line: a size of its own
         got[i] += (int64_t)(counters_.delivered - before);
         dropped[i] += (int64_t)(counters_.dropped - lost);
+        bytes[i] += batch_.bytes - by;
         continue;
       }
       if (lags(*c) && !room(*c, rows[i].frame->size())) {
@@ -505,7 +508,12 @@ void Engine::flush_batch() {
       }
       OutFrame f;
       f.body = rows[i].frame;
-      (push(*c, std::move(f), true) ? got : dropped)[i]++;
+      if (push(*c, std::move(f), true)) {
+        got[i]++;
+        bytes[i] += rows[i].frame->size();
+      } else {
+        dropped[i]++;
+      }
     }
   }
   int64_t g = 0, d = 0;
@@ -515,7 +523,7 @@ void Engine::flush_batch() {
     const uint64_t mine = (uint64_t)(g + got[i]), lost = (uint64_t)(d + dropped[i]);
     batch_ = rows[i].others;
     batch_.delivered += mine;
-    batch_.bytes += mine * rows[i].frame->size();
+    batch_.bytes += (uint64_t)g * rows[i].frame->size() + bytes[i];
     batch_.dropped += lost;
     flush_stats(st, rows[i].commit_us);
   }
