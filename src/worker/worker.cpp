@@ -405,7 +405,7 @@ int run() {
       // load several events leave in one send; small fan-outs never wait.
       // Commits wait in the ring meanwhile, and the next round takes them
       // all at once: the engine then queues each stream's run of them as one
-      // frame per connection (engine/engine.cpp, Engine::flush_batch).
+      // frame per connection (engine/batch.cpp).
       const int64 now_us = (int64)GetCurrentTimestamp();
       if (listening && now_us < next_run_us) {
         defer_ms = (long)((next_run_us - now_us + 999) / 1000);

@@ -1,0 +1,125 @@
+// Batches: a round's run of rows of one stream, queued for the connections
+// in step with it as one frame each (docs/ARCHITECTURE.md, "Delivery: live,
+// lag and replay"). Engine::dispatch starts and extends a run; it ends here.
+#include "engine/engine.hpp"
+#include "engine/state.hpp"
+
+#include <algorithm>
+
+namespace pgbs::engine {
+
+// A connection whose subscription is in step with the stream and gets the
+// stream's shared frames (deliver()'s fast path) may ride a batch; one with
+// drop_oldest does not (evicting a whole batch would drop more than needed).
+bool Engine::rides(const Connection &c, const Sub &sub) const {
+  return sub.synced && !c.multi && c.subs.size() == 1 && c.subscriber.empty() &&
+         !(c.live_only && cfg_.overflow_policy == OverflowPolicy::DropOldest);
+}
+
+// Room in the connection's queue for `events` more events of `bytes`.
+bool Engine::fits(const Connection &c, size_t events, size_t bytes) const {
+  const size_t ev = sink_.queued_events(c.ref), by = sink_.queued_bytes(c.ref);
+  if (ev > 0 && lags(c) && sink_.backed_up(c.ref))
+    return false;
+  return events <= cfg_.queue_max_events && ev <= cfg_.queue_max_events - events &&
+         bytes <= cfg_.queue_max_bytes && by <= cfg_.queue_max_bytes - bytes;
+}
+
+// Ends the batched run: each rider gets the rows from where it joined as one
+// frame when they fit its queue, else row by row exactly as deliver() would
+// (a lagging one waits at the first that does not fit and pages from there;
+// a later row with a lower id is still delivered to it). Each row's figures
+// then go out as if it had been dispatched alone.
+void Engine::flush_batch() {
+  Stream *stp = batching_;
+  batching_ = nullptr;
+  if (stp == nullptr)
+    return;
+  Stream &st = *stp;
+  const StreamDelta outer = batch_; // (empty: every path reports its own)
+  std::vector<Stream::Batched> rows;
+  rows.swap(st.batch);
+  st.batch_bytes = 0;
+  st.riders = 0;
+  const size_t n = rows.size();
+  // Riders that got every row from index i on (a difference array), and
+  // rows got or dropped one by one.
+  std::vector<int64_t> got_from(n, 0), dropped_from(n, 0), got(n, 0), dropped(n, 0);
+  std::vector<uint64_t> bytes(n, 0); // of the rows got one by one
+  std::shared_ptr<const std::string> joined;
+  size_t joined_from = n;
+  uint32_t last_at = 0;
+  for (Connection *c : st.conns) {
+    if (!c->riding)
+      continue;
+    c->riding = false;
+    const size_t from = std::min(c->ride_from, n);
+    if (n - from >= 2) {
+      if (joined_from != from) {
+        auto text = std::make_shared<std::string>();
+        size_t total = 0;
+        for (size_t i = from; i < n; ++i)
+          total += rows[i].frame->size();
+        text->reserve(total);
+        for (size_t i = from; i < n; ++i) {
+          last_at = (uint32_t)text->size();
+          text->append(*rows[i].frame);
+        }
+        joined = std::move(text);
+        joined_from = from;
+      }
+      if (fits(*c, n - from, joined->size())) {
+        OutFrame f;
+        f.body = joined;
+        f.events = (uint32_t)(n - from);
+        f.last_at = last_at;
+        (push(*c, std::move(f), true) ? got_from : dropped_from)[from]++; // rows from..n-1
+        continue;
+      }
+    }
+    for (size_t i = from; i < n; ++i) {
+      Sub &sub = c->subs[0];
+      if (!sub.synced) {
+        // It waited at an earlier row: a later one may still be below where
+        // it pages from (ids committed out of order), as in deliver().
+        Row row;
+        row.msg_id = rows[i].msg_id;
+        const uint64_t before = counters_.delivered, lost = counters_.dropped, by = batch_.bytes;
+        deliver(*c, 0, row, rows[i].body); // its own id line: a size of its own
+        got[i] += (int64_t)(counters_.delivered - before);
+        dropped[i] += (int64_t)(counters_.dropped - lost);
+        bytes[i] += batch_.bytes - by;
+        continue;
+      }
+      if (lags(*c) && !room(*c, rows[i].frame->size())) {
+        sub.pos = rows[i].before;
+        sub.synced = false;
+        counters_.deferred++;
+        demote(*c, 0, rows[i].msg_id);
+        continue;
+      }
+      OutFrame f;
+      f.body = rows[i].frame;
+      if (push(*c, std::move(f), true)) {
+        got[i]++;
+        bytes[i] += rows[i].frame->size();
+      } else {
+        dropped[i]++;
+      }
+    }
+  }
+  int64_t g = 0, d = 0;
+  for (size_t i = 0; i < n; ++i) {
+    g += got_from[i];
+    d += dropped_from[i];
+    const uint64_t mine = (uint64_t)(g + got[i]), lost = (uint64_t)(d + dropped[i]);
+    batch_ = rows[i].others;
+    batch_.delivered += mine;
+    batch_.bytes += (uint64_t)g * rows[i].frame->size() + bytes[i];
+    batch_.dropped += lost;
+    flush_stats(st, rows[i].commit_us);
+  }
+  batch_ = outer;
+}
+
+} // namespace pgbs::engine
