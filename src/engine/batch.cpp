@@ -45,8 +45,11 @@ void Engine::flush_batch() {
   // Riders that got every row from index i on (a difference array), and
   // rows got or dropped one by one.
   std::vector<int64_t> got_from(n, 0), dropped_from(n, 0), got(n, 0), dropped(n, 0);
-  std::vector<uint64_t> bytes(n, 0); // of the rows got one by one
-  std::shared_ptr<const std::string> joined;
+  std::vector<uint64_t> bytes(n, 0);    // of the rows got one by one
+  std::vector<size_t> suffix(n + 1, 0); // bytes of the rows from i on
+  for (size_t i = n; i-- > 0;)
+    suffix[i] = suffix[i + 1] + rows[i].frame->size();
+  std::shared_ptr<const std::string> joined; // built once a rider takes it
   size_t joined_from = n;
   uint32_t last_at = 0;
   for (Connection *c : st.conns) {
@@ -54,13 +57,10 @@ void Engine::flush_batch() {
       continue;
     c->riding = false;
     const size_t from = std::min(c->ride_from, n);
-    if (n - from >= 2) {
+    if (n - from >= 2 && fits(*c, n - from, suffix[from])) {
       if (joined_from != from) {
         auto text = std::make_shared<std::string>();
-        size_t total = 0;
-        for (size_t i = from; i < n; ++i)
-          total += rows[i].frame->size();
-        text->reserve(total);
+        text->reserve(suffix[from]);
         for (size_t i = from; i < n; ++i) {
           last_at = (uint32_t)text->size();
           text->append(*rows[i].frame);
@@ -68,14 +68,12 @@ void Engine::flush_batch() {
         joined = std::move(text);
         joined_from = from;
       }
-      if (fits(*c, n - from, joined->size())) {
-        OutFrame f;
-        f.body = joined;
-        f.events = (uint32_t)(n - from);
-        f.last_at = last_at;
-        (push(*c, std::move(f), true) ? got_from : dropped_from)[from]++; // rows from..n-1
-        continue;
-      }
+      OutFrame f;
+      f.body = joined;
+      f.events = (uint32_t)(n - from);
+      f.last_at = last_at;
+      (push(*c, std::move(f), true) ? got_from : dropped_from)[from]++; // rows from..n-1
+      continue;
     }
     for (size_t i = from; i < n; ++i) {
       Sub &sub = c->subs[0];

@@ -166,9 +166,11 @@ const std::vector<int64_t> &Engine::round_streams(bool full) {
     last_full_us_ = now_us_;
   round_ids_.clear();
   round_handles_.clear();
-  auto include = [&](const Stream &st) {
+  round_bounded_.clear();
+  auto include = [&](Stream &st) {
     round_ids_.push_back(st.info.id);
     round_handles_.push_back(st.handle);
+    round_bounded_.push_back(&st);
   };
   hot_.erase(std::remove_if(hot_.begin(), hot_.end(), [](const Stream *st) { return !st->hot; }),
              hot_.end());
@@ -302,11 +304,9 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
   // needs another visit (advance_horizons). While frozen nothing moves, so
   // they stay hot.
   if (!bounds.frozen)
-    for (const auto &[id, max] : bounds.max_committed) {
-      auto sit = streams_.find(id);
-      if (sit != streams_.end())
-        sit->second->hot = false;
-    }
+    for (Stream *st : round_bounded_) // (none dropped since round_streams())
+      st->hot = false;
+  round_bounded_.clear();
   release_idle();
   for (Stream *st : unsettled_) // (see Engine::wake)
     if (!complete) {
@@ -393,15 +393,17 @@ void Engine::dispatch(Stream &st, const Row &row) {
     for (Connection *c : st.conns) { // deliver() never changes st.conns
       if (c->riding)
         continue;
-      for (size_t k = 0; k < c->subs.size(); ++k)
-        if (c->subs[k].st != &st) {
-        } else if (batchable && rides(*c, c->subs[k])) {
+      for (size_t k = 0; k < c->subs.size(); ++k) {
+        if (c->subs[k].st != &st)
+          continue;
+        if (batchable && rides(*c, c->subs[k])) {
           c->riding = true;
           c->ride_from = at;
           st.riders++;
         } else {
           deliver(*c, k, row, body, frame ? &frame : nullptr);
         }
+      }
     }
   if (st.riders == 0) {
     flush_stats(st, row.commit_us);

@@ -252,6 +252,7 @@ private:
   int64_t last_release_us_ = 0;
   std::vector<int64_t> round_ids_;
   std::vector<void *> round_handles_;
+  std::vector<Stream *> round_bounded_; // the streams of round_ids_, until round() cools them
   int64_t last_full_us_ = -1;
   bool tails_unknown_ = false;
   auth::Gate gate_;
