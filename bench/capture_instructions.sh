@@ -12,9 +12,7 @@
 # own transaction), for K = 200 and K = 1200; the difference / 1000 is the
 # cost of one INSERT, start-up and shutdown cancelling out.
 #   plain     the queue's triggers dropped
-#   replica   only the logical-replication trigger (enabled REPLICA: it never
-#             fires here, but the trigger manager walks it)
-#   hooked    the triggers this build's create_stream puts on
+#   hooked    the trigger this build's create_stream puts on
 # wal_level is replica (the default): the capture's standby records are
 # written. Needs valgrind and pgbus_stream installed (make install).
 set -euo pipefail
@@ -50,7 +48,6 @@ T=pgbus_stream.q_pgbus_q
 ddl() {
   case "$1" in
   plain) echo "SELECT format('DROP TRIGGER %I ON $T', tgname) FROM pg_trigger WHERE tgrelid = '$T'::regclass AND NOT tgisinternal;" ;;
-  replica) echo "SELECT format('DROP TRIGGER %I ON $T', tgname) FROM pg_trigger WHERE tgrelid = '$T'::regclass AND NOT tgisinternal AND tgenabled <> 'R';" ;;
   hooked) echo "SELECT NULL::text WHERE false;" ;;
   esac
 }
@@ -73,7 +70,7 @@ count() {
   sed -n 's/.*Collected : \([0-9]*\).*/\1/p' <<<"$out"
 }
 plain=""
-for v in plain replica hooked; do
+for v in plain hooked; do
   a=$(count "$v" 200)
   b=$(count "$v" 1200)
   per=$(((b - a) / 1000))

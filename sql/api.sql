@@ -8,7 +8,7 @@ SELECT name, queue_name, queue_schema, queue_table, archive_table, kind, public
   FROM pgbus_stream.create_stream('chat');
 SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
  WHERE attrelid = 'pgbus_stream.q_pgbus_chat'::regclass AND attnum > 0 ORDER BY attnum;
-SELECT tgname FROM pg_trigger WHERE tgrelid = 'pgbus_stream.q_pgbus_chat'::regclass ORDER BY tgname;
+SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'pgbus_stream.q_pgbus_chat'::regclass ORDER BY tgname;
 
 -- broadcast writes the pgbus envelope and returns the msg_id
 SELECT pgbus_stream.broadcast('chat', '<p>hi</p>') AS first_id;

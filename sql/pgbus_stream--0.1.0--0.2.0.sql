@@ -19,7 +19,7 @@ ALTER TABLE @extschema@.streams
 UPDATE @extschema@.streams SET retention_set = true WHERE retention IS NOT NULL OR retention_max IS NOT NULL;
 
 DROP FUNCTION @extschema@._hook(text, text, text, text, text, text, boolean, interval);
--- _hook installs the capture triggers on a queue table and records the stream.
+-- _hook installs the capture trigger on a queue table and records the stream.
 CREATE FUNCTION @extschema@._hook(p_name text, p_queue text, p_schema text, p_table text,
                                   p_archive text, p_kind text, p_public boolean,
                                   p_retention interval, p_auto boolean DEFAULT false)
@@ -72,17 +72,18 @@ BEGIN
   RETURN s;
 END $$;
 
--- The capture of rows a logical-replication subscription applies into a
--- queue (its apply worker fires only row-level triggers, and only those
--- enabled REPLICA or ALWAYS): an AFTER INSERT FOR EACH ROW trigger enabled
--- REPLICA, which ordinary producers never run. Same checks as _capture().
+-- _capture_applied is _capture under the name of pgbus_stream_applied, the
+-- REPLICA trigger that queues hooked by earlier 0.2.0 builds (and dumps of
+-- them) carry; queues hooked now have the one capture trigger, enabled
+-- ALWAYS, that also captures the rows logical replication applies.
 CREATE FUNCTION @extschema@._capture_applied() RETURNS trigger
   AS 'MODULE_PATHNAME', 'pgbus_stream_capture_applied' LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@._capture_applied() FROM PUBLIC;
 
--- Queues hooked before this version get the trigger too, and the row
--- capture trigger in place of the two statement triggers (the library
--- publishes the floor itself).
+-- Queues hooked before this version get the row capture trigger, enabled
+-- ALWAYS (it also captures rows logical replication applies), in place of
+-- the two statement triggers (the library publishes the floor itself) and
+-- of any pgbus_stream_applied.
 DO $$
 DECLARE s @extschema@.streams;
 BEGIN
@@ -90,11 +91,10 @@ BEGIN
             WHERE hooked AND to_regclass(format('%I.%I', queue_schema, queue_table)) IS NOT NULL LOOP
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_floor ON %I.%I', s.queue_schema, s.queue_table);
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %I.%I', s.queue_schema, s.queue_table);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_applied ON %I.%I', s.queue_schema, s.queue_table);
     EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I FOR EACH ROW '
                    'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
-    EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
-                   'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
-    EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);
+    EXECUTE format('ALTER TABLE %I.%I ENABLE ALWAYS TRIGGER pgbus_stream_capture', s.queue_schema, s.queue_table);
   END LOOP;
 END $$;
 
@@ -105,16 +105,21 @@ DECLARE s @extschema@.streams := @extschema@._stream(name);
 BEGIN
   IF rel IS NOT NULL THEN
     EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_capture ON %s', rel);
-    EXECUTE format('DROP TRIGGER IF EXISTS pgbus_stream_applied ON %s', rel);
+    -- of queues hooked by earlier 0.2.0 builds (see _capture_applied)
+    IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = rel AND tgname = 'pgbus_stream_applied') THEN
+      EXECUTE format('DROP TRIGGER pgbus_stream_applied ON %s', rel);
+    END IF;
   END IF;
   DELETE FROM @extschema@.streams WHERE id = s.id;
   DELETE FROM @extschema@.subscribers WHERE stream = s.name;
   PERFORM @extschema@._catalog_changed(NULL);
 END $$;
 
--- _hook_triggers puts the capture triggers on a stream's queue table (the
+-- _hook_triggers puts the capture trigger on a stream's queue table (the
 -- library publishes the floor before a statement that fires pgbus_stream_capture
--- draws any id, so no statement trigger is needed). For an
+-- draws any id, so no statement trigger is needed). It is enabled ALWAYS:
+-- a subscription's apply worker (session_replication_role = replica) fires
+-- it too, and _capture() then keeps the publisher's ids. For an
 -- auto-attached stream the worker calls it at the first subscription: CREATE
 -- TRIGGER waits for the inserts in flight, so every row committed before it
 -- is in the table (replayed from there) and every later one is captured.
@@ -128,9 +133,7 @@ BEGIN
   END IF;
   EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I FOR EACH ROW '
                  'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
-  EXECUTE format('CREATE TRIGGER pgbus_stream_applied AFTER INSERT ON %I.%I FOR EACH ROW '
-                 'EXECUTE FUNCTION @extschema@._capture_applied(%L)', s.queue_schema, s.queue_table, s.id);
-  EXECUTE format('ALTER TABLE %I.%I ENABLE REPLICA TRIGGER pgbus_stream_applied', s.queue_schema, s.queue_table);
+  EXECUTE format('ALTER TABLE %I.%I ENABLE ALWAYS TRIGGER pgbus_stream_capture', s.queue_schema, s.queue_table);
   UPDATE @extschema@.streams SET hooked = true WHERE id = s.id;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@._hook_triggers(bigint) FROM PUBLIC;

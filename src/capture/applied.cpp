@@ -1,10 +1,11 @@
 // Rows applied by a logical-replication subscription. Its apply worker runs
 // with session_replication_role = replica and fires row-level triggers only
 // (no statement-level INSERT triggers), and of those only the ones enabled
-// REPLICA or ALWAYS: _capture_applied() is an AFTER INSERT FOR EACH ROW
-// trigger enabled REPLICA, so ordinary producers never run it (an AFTER ROW
-// trigger also keeps COPY's batched inserts). What it collects is published
-// at commit with the rest of the capture (capture.cpp).
+// REPLICA or ALWAYS: the capture trigger is enabled ALWAYS, and in that role
+// _capture() hands each row here instead of collecting it as a producer's
+// (one trigger for both, so ordinary producers walk no second one; an AFTER
+// ROW trigger also keeps COPY's batched inserts). What it collects is
+// published at commit with the rest of the capture (capture.cpp).
 #include "capture/capture.hpp"
 
 extern "C" {
@@ -17,22 +18,12 @@ extern "C" {
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(pgbus_stream_capture_applied);
+Datum pgbus_stream_capture(PG_FUNCTION_ARGS);
 }
 
-// pgbus_stream._capture_applied(stream_id)
-extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
-  if (!CALLED_AS_TRIGGER(fcinfo))
-    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                    errmsg("pgbus_stream._capture_applied() must be called as a trigger")));
-  TriggerData *td = (TriggerData *)fcinfo->context;
-  if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-      !TRIGGER_FIRED_AFTER(td->tg_event) || td->tg_trigger->tgnargs != 1)
-    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                    errmsg("pgbus_stream._capture_applied() must be an AFTER INSERT FOR EACH ROW "
-                           "trigger with the stream id as its argument")));
-  const int64 stream_id = pg_strtoint64(td->tg_trigger->tgargs[0]);
-  pgbs::capture::check_stream_table(stream_id, RelationGetRelid(td->tg_relation),
-                                    fcinfo->flinfo->fn_oid);
+namespace pgbs::capture {
+
+void capture_applied_row(TriggerData *td, int64_t stream_id) {
   TupleDesc desc = RelationGetDescr(td->tg_relation);
   const int id_att = SPI_fnumber(desc, "msg_id"); // a pure lookup: no SPI connection needed
   if (id_att <= 0)
@@ -42,7 +33,7 @@ extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
   bool isnull;
   const Datum id = heap_getattr(td->tg_trigtuple, id_att, desc, &isnull);
   if (isnull)
-    return PointerGetDatum(NULL);
+    return;
   Datum message = 0;
   if (const int m_att = SPI_fnumber(desc, "message"); m_att > 0) {
     bool mnull;
@@ -50,6 +41,15 @@ extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
     if (!mnull)
       message = m;
   }
-  pgbs::capture::collect_applied(stream_id, DatumGetInt64(id), (uintptr_t)message);
-  return PointerGetDatum(NULL);
+  collect_applied(stream_id, DatumGetInt64(id), (uintptr_t)message);
+}
+
+} // namespace pgbs::capture
+
+// pgbus_stream._capture_applied(stream_id): the function of
+// pgbus_stream_applied, the REPLICA trigger that queues hooked by earlier
+// 0.2.0 builds (and dumps of them) carry beside an ORIGIN capture trigger. It
+// fires in replica role only, where _capture() takes the path above.
+extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
+  return pgbus_stream_capture(fcinfo);
 }

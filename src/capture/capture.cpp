@@ -681,8 +681,8 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
 using namespace pgbs::capture;
 
 // pgbus_stream._capture(stream_id): AFTER INSERT FOR EACH ROW collects each
-// inserted row. On a queue hooked by 0.1.0 and not yet upgraded, BEFORE
-// INSERT FOR EACH STATEMENT publishes the floor and AFTER INSERT FOR EACH
+// inserted row (in replica role as an applied one). On a queue hooked by 0.1.0 and not yet
+// upgraded, BEFORE INSERT FOR EACH STATEMENT publishes the floor and AFTER INSERT FOR EACH
 // STATEMENT collects the rows from the transition table.
 extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   if (!CALLED_AS_TRIGGER(fcinfo))
@@ -703,13 +703,19 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   if (row && td->tg_trigger->tgisclone)
     relid = llast_oid(get_partition_ancestors(relid));
   check_stream_table(stream_id, relid, fcinfo->flinfo->fn_oid);
-  // The floor hooks published the floor before the statement drew ids
-  // (floor_hook.cpp); on a queue hooked by 0.1.0 the BEFORE trigger does.
-  TxStream *ts = register_stream(stream_id);
   if (row) {
-    capture_after_row(td, ts);
+    // The trigger is enabled ALWAYS: in replica role the row was applied by
+    // logical replication and keeps the publisher's id (applied.cpp). Else
+    // the floor hooks published the floor before the statement drew ids
+    // (floor_hook.cpp).
+    if (SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+      capture_applied_row(td, stream_id);
+    else
+      capture_after_row(td, register_stream(stream_id));
     return PointerGetDatum(NULL);
   }
+  // A queue hooked by 0.1.0: the BEFORE trigger publishes the floor.
+  TxStream *ts = register_stream(stream_id);
   last_captured_id = 0;
   if (!TRIGGER_FIRED_BEFORE(td->tg_event))
     capture_after_statement(td, ts);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+struct TriggerData;
+
 namespace pgbs::capture {
 // Registers the transaction and subtransaction callbacks and the floor hooks
 // (from _PG_init).
@@ -25,7 +27,11 @@ void note_catalog_change();
 // table relid; the catalog is the one of the schema of function fn (Oids;
 // stream_check.cpp).
 void check_stream_table(int64_t stream_id, unsigned int relid, unsigned int fn);
-// One row a logical-replication subscription applied (applied.cpp): collected
+// The row of an AFTER INSERT FOR EACH ROW capture trigger fired in replica
+// role (a subscription's apply worker): collected with collect_applied(), its
+// id kept, no floor before it (applied.cpp).
+void capture_applied_row(TriggerData *td, int64_t stream_id);
+// One row a logical-replication subscription applied: collected
 // like a captured insert of this transaction. message is the row's message
 // column as a Datum (0 when null or absent). An id not above what this stream
 // already committed cannot reach subscribers any more: it is reported with a

@@ -53,19 +53,19 @@ bool is_capture_function(Oid fn) {
   return ours;
 }
 
-// As the trigger manager decides whether a trigger fires in this session.
+// As the trigger manager decides whether a trigger fires in this session,
+// outside replica role.
 bool fires_here(const Trigger *t) {
-  if (t->tgenabled == TRIGGER_DISABLED)
-    return false;
-  if (SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
-    return t->tgenabled != TRIGGER_FIRES_ON_ORIGIN;
-  return t->tgenabled != TRIGGER_FIRES_ON_REPLICA;
+  return t->tgenabled != TRIGGER_DISABLED && t->tgenabled != TRIGGER_FIRES_ON_REPLICA;
 }
 
 // Publishes the floors of the capture triggers of a table rows are about to
-// be inserted into.
+// be inserted into. None in replica role: the capture trigger (enabled
+// ALWAYS) then takes rows as applied by logical replication, which keep
+// their ids and get their floor from the trigger (applied.cpp).
 void publish_floors(Relation rel, TriggerDesc *td) {
-  if (td == nullptr || !td->trig_insert_after_row)
+  if (td == nullptr || !td->trig_insert_after_row ||
+      SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
     return;
   for (int i = 0; i < td->numtriggers; i++) {
     const Trigger *t = &td->triggers[i];

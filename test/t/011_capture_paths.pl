@@ -2,7 +2,8 @@
 # trigger (no statement trigger, no transition table); the floor comes from
 # the library before a statement draws ids.
 #
-# A. The hooked queue's triggers: no statement-level one, no transition table.
+# A. The hooked queue's trigger: one row trigger (no statement-level one, no
+#    transition table), enabled ALWAYS.
 # B. Every way of inserting reaches a live subscriber exactly once, in commit
 #    order: multi-row INSERT, INSERT ... SELECT, COPY FROM STDIN, ON CONFLICT
 #    DO NOTHING (the skipped row is not sent), a savepoint rolled back, a
@@ -14,6 +15,14 @@
 #    input; a function's INSERT sleeping after its nextval) holds the horizon:
 #    a commit of a later id meanwhile is sent with a cursor whose horizon is
 #    below the id in flight; the row arrives when its transaction commits.
+# D. In a session with session_replication_role = replica (as a
+#    subscription's apply worker runs) the same trigger takes rows as applied
+#    by logical replication: each row (INSERT, COPY) is streamed once, an
+#    explicit id below the committed maximum is kept (not refused as a
+#    producer's would be), one above the stream's hold is streamed, one below
+#    it is applied with a WARNING and announced as missing; no floor is
+#    published before such a statement (else the id above the hold would be
+#    reported too).
 use strict;
 use warnings;
 
@@ -27,7 +36,8 @@ use Time::HiRes qw(time sleep);
 use PgbusNode qw(parse_token);
 use PsqlSession;
 
-my $pg = PgbusNode->new('paths');
+# A hold long enough that it is still in force through section D.
+my $pg = PgbusNode->new('paths', conf => "pgbus_stream.logical_hold = 60s\n");
 $pg->create_stream('paths');
 my $Q = 'pgbus_stream.q_pgbus_paths';
 my $seq = $pg->safe_psql('postgres', "SELECT pg_get_serial_sequence('$Q', 'msg_id')");
@@ -36,10 +46,11 @@ sub q1 { return $pg->safe_psql('postgres', $_[0]) }
 # ---- A. the triggers ----
 is( q1(
 		qq{SELECT string_agg(tgname || ' ' || CASE WHEN tgtype & 1 = 1 THEN 'row' ELSE 'statement' END
-		                     || CASE WHEN tgnewtable IS NULL THEN '' ELSE ' transition' END, ', ' ORDER BY tgname)
+		                     || CASE WHEN tgnewtable IS NULL THEN '' ELSE ' transition' END
+		                     || ' enabled ' || tgenabled::text, ', ' ORDER BY tgname)
 		     FROM pg_trigger WHERE tgrelid = '$Q'::regclass AND NOT tgisinternal}),
-	'pgbus_stream_applied row, pgbus_stream_capture row',
-	'the queue has row triggers only, without a transition table');
+	'pgbus_stream_capture row enabled A',
+	'the queue has one row trigger, without a transition table, enabled ALWAYS');
 
 # ---- B. every insert path ----
 my $c = $pg->sse('/streams/paths');
@@ -108,8 +119,14 @@ $pg->wait_stream_served('parted');
 my $pc = $pg->open_stream('parted');
 q1(q{INSERT INTO pgbus_stream.q_parted (message) VALUES ('{"html": "x1"}'), ('{"html": "x2"}'), ('{"html": "x3"}')});
 q1("COPY pgbus_stream.q_parted (message) FROM STDIN;\n{\"html\": \"x4\"}\n\\.\n");
-ok($pc->wait_for_data_events(4, 10), 'partitioned queue: rows of both partitions arrive');
-is(join(' ', map { $_->{data} } $pc->data_events), 'x1 x2 x3 x4', 'partitioned queue: each once, in order');
+is( q1(
+		q{SELECT string_agg(tgrelid::regclass || ' ' || tgenabled::text, ', ' ORDER BY tgrelid::regclass::text)
+		    FROM pg_trigger WHERE tgname = 'pgbus_stream_capture' AND tgparentid <> 0}),
+	'pgbus_stream.q_parted_1 A, pgbus_stream.q_parted_2 A',
+	'partitioned queue: the clones are enabled ALWAYS too');
+q1(q{SET session_replication_role = replica; INSERT INTO pgbus_stream.q_parted (message) VALUES ('{"html": "x5"}')});
+ok($pc->wait_for_data_events(5, 10), 'partitioned queue: rows of both partitions arrive');
+is(join(' ', map { $_->{data} } $pc->data_events), 'x1 x2 x3 x4 x5', 'partitioned queue: each once, in order');
 is(q1(q{SELECT count(DISTINCT tableoid) FROM pgbus_stream.q_parted}), 2, 'partitioned queue: two partitions written');
 $pc->close;
 
@@ -169,6 +186,50 @@ holds(
 		session_wait($s);
 	});
 is(q1("SELECT count(*) FROM $Q WHERE message->>'html' LIKE 'late-%'"), 3, 'the rows in flight were committed');
+
+# ---- D. replica role: the applied path ----
+# replica($sql): runs $sql in a session with session_replication_role =
+# replica; returns its exit code and stderr.
+sub replica
+{
+	my ($sql) = @_;
+	my ($out, $err) = ('', '');
+	my $rc = $pg->psql('postgres', "SET session_replication_role = replica;\n$sql",
+		stdout => \$out, stderr => \$err, on_error_stop => 1);
+	return ($rc, $err);
+}
+sub insert_id { return "INSERT INTO $Q (msg_id, message) OVERRIDING SYSTEM VALUE VALUES ($_[0], " . env("'$_[1]'") . ')' }
+my $n = scalar $c->data_events;
+my $base = q1("SELECT max(msg_id) FROM $Q");
+my $top = $base + 20; # ids $base + 1 .. $top are never drawn
+q1("SELECT setval('$seq', $top)");
+q1("INSERT INTO $Q (message) VALUES (" . env("'o1'") . ')');    # $top + 1
+# The first applied commit starts the hold at the committed maximum, $top + 1.
+my ($rc, $err) = replica("INSERT INTO $Q (message) VALUES (" . env("'r1'") . ')');
+is($rc, 0, 'replica role: INSERT') or diag($err);
+($rc, $err) = replica("COPY $Q (message) FROM STDIN;\n{\"html\": \"r2\"}\n{\"html\": \"r3\"}\n\\.\n");
+is($rc, 0, 'replica role: COPY') or diag($err);
+($rc, $err) = replica(insert_id($top + 10, 'r4'));
+is($rc, 0, 'replica role: an explicit id above the committed maximum') or diag($err);
+($rc, $err) = replica(insert_id($top + 6, 'r5'));
+is($rc, 0, 'replica role: an id below the committed maximum is kept, not refused') or diag($err);
+unlike($err, qr/replicated msg_id/, '... and, above the hold, not reported');
+my $missing = $base + 5;
+($rc, $err) = replica(insert_id($missing, 'r6'));
+is($rc, 0, 'replica role: an id below the hold is applied') or diag($err);
+like($err, qr/WARNING:  pgbus_stream: replicated msg_id $missing is not above \d+/, '... with a WARNING');
+ok($c->wait_until(sub { grep { ($_->{event} // '') eq 'pgbus:gap-detected' } $c->events }, 10),
+	'replica role: the subscriber is told of the id below the hold');
+my ($gap) = grep { ($_->{event} // '') eq 'pgbus:gap-detected' } $c->events;
+like($gap->{data} // '', qr/"reason":"late","ids":\[$missing\]/, "... that id $missing is missing");
+q1("SELECT setval('$seq', $top + 20)");
+q1("INSERT INTO $Q (message) VALUES (" . env("'o2'") . ')');
+ok($c->wait_for_data_events($n + 7, 10), 'replica role: the rows arrive');
+sleep(0.3);
+is_deeply(
+	[ map { $_->{data} } ($c->data_events)[ $n .. scalar($c->data_events) - 1 ] ],
+	[qw(o1 r1 r2 r3 r4 r5 o2)],
+	'replica role: each row once, in commit order (the one below the hold not streamed)');
 
 $c->close;
 $pg->finish;

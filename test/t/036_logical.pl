@@ -1,14 +1,15 @@
 # Logical replication: rows a subscription applies into an attached queue
 # are streamed on the subscriber (its apply worker fires only row-level
-# triggers enabled REPLICA or ALWAYS; see src/capture/applied.cpp).
+# triggers enabled REPLICA or ALWAYS: the capture trigger is enabled ALWAYS
+# and takes such rows as applied; see src/capture/applied.cpp).
 #
 # Publisher and subscriber both run the extension, each with a stream "lr"
 # (same queue table); the publisher publishes the queue, the subscriber
 # subscribes to it. An SSE client on each node gets every committed row once,
 # in order (single rows, a multi-row transaction, COPY, rolled-back rows
 # never); the subscriber is restarted and a reconnect with Last-Event-ID gets
-# exactly what was replicated meanwhile. Ordinary producers never run the
-# replica trigger (no duplicates on the publisher).
+# exactly what was replicated meanwhile. Ordinary producers capture each row
+# once (no duplicates on the publisher).
 use strict;
 use warnings;
 use FindBin;
@@ -24,10 +25,10 @@ my $sub = PgbusNode->new('sub', conf => "pgbus_stream.logical_hold = 0\n");
 $pub->create_stream('lr');
 $sub->create_stream('lr');
 is( $sub->safe_psql('postgres',
-		q{SELECT tgenabled FROM pg_trigger WHERE tgname = 'pgbus_stream_applied'
-		    AND tgrelid = 'pgbus_stream.q_pgbus_lr'::regclass}),
-	'R',
-	'the queue has a row trigger enabled REPLICA');
+		q{SELECT string_agg(tgname || ' ' || tgenabled::text, ', ') FROM pg_trigger
+		   WHERE tgrelid = 'pgbus_stream.q_pgbus_lr'::regclass AND NOT tgisinternal}),
+	'pgbus_stream_capture A',
+	'the queue has one capture trigger, enabled ALWAYS');
 
 $pub->safe_psql('postgres', 'CREATE PUBLICATION lr_pub FOR TABLE pgbus_stream.q_pgbus_lr');
 my $connstr = $pub->connstr . ' dbname=postgres';

@@ -11,9 +11,10 @@
 # objects in the updated database (functions with signatures, attributes,
 # bodies and ACLs; tables, columns, constraints, indexes, triggers, policies,
 # sequences, config-dump registrations) must equal those of a fresh install
-# of default_version, and the triggers and queue tables of streams made
-# before the update must equal those of a stream made after it. Every other
-# version shipped must update to the same objects from an empty database.
+# of default_version, and the triggers (one, enabled ALWAYS) and queue tables
+# of streams made before the update must equal those of a stream made after
+# it. Every other version shipped must update to the same objects from an
+# empty database.
 use strict;
 use warnings;
 
@@ -280,7 +281,7 @@ for my $v (split /\n/, $pg->safe_psql('postgres',
 my $signature = q{
 SELECT s.name, t.line FROM pgbus_stream.streams s,
 LATERAL (
-  SELECT 'trigger ' || pg_get_triggerdef(g.oid) AS line FROM pg_trigger g
+  SELECT 'trigger ' || pg_get_triggerdef(g.oid) || ' enabled ' || g.tgenabled::text AS line FROM pg_trigger g
    WHERE g.tgrelid = to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) AND NOT g.tgisinternal
   UNION ALL
   SELECT format('column %s %s %s not null %s default %s identity %s', r.kind, a.attname,
@@ -310,7 +311,10 @@ for my $row (split /\n/, $pg->safe_psql('postgres', $signature))
 	push @{ $sig{$name} }, $line;
 }
 $sig{$_} = [ sort @{ $sig{$_} } ] for keys %sig;
-ok(scalar(grep { /^trigger / } @{ $sig{after} // [] }) >= 2, 'a new stream has its capture triggers');
+is_deeply([ grep { /^trigger / } @{ $sig{after} // [] } ],
+	[ 'trigger CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON <queue> FOR EACH ROW '
+		  . 'EXECUTE FUNCTION pgbus_stream._capture(<id>) enabled A' ],
+	'a new stream has one capture trigger, a row trigger enabled ALWAYS');
 for my $old (qw(chat news))
 {
 	same_lines($sig{$old}, $sig{after}, "stream $old (0.1.0)", "stream after ($target)",
