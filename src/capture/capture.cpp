@@ -681,9 +681,10 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
 using namespace pgbs::capture;
 
 // pgbus_stream._capture(stream_id): AFTER INSERT FOR EACH ROW collects each
-// inserted row (in replica role as an applied one). On a queue hooked by 0.1.0 and not yet
-// upgraded, BEFORE INSERT FOR EACH STATEMENT publishes the floor and AFTER INSERT FOR EACH
-// STATEMENT collects the rows from the transition table.
+// inserted row (in replica role as an applied one). On a queue hooked by
+// 0.1.0 and not yet upgraded, BEFORE INSERT FOR EACH STATEMENT publishes the
+// floor and AFTER INSERT FOR EACH STATEMENT collects the rows from the
+// transition table.
 extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
   if (!CALLED_AS_TRIGGER(fcinfo))
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
