@@ -215,9 +215,11 @@ bool Engine::page(Connection &c, size_t k) {
   std::vector<Stream::TailRow> items;
   bool wait = false; // the table holds a row that must come later
   if (sub.page_after >= st.tail_floor && !st.tail_unknown) {
-    for (auto it = st.tail.upper_bound(sub.page_after); it != st.tail.end() && items.size() < page;
-         ++it)
-      items.push_back(it->second);
+    auto it =
+        std::upper_bound(st.tail.begin(), st.tail.end(), sub.page_after,
+                         [](int64_t id, const Stream::TailRow &r) { return id < r.row.msg_id; });
+    for (; it != st.tail.end() && items.size() < page; ++it)
+      items.push_back(*it);
   } else {
     if (now_us_ < st.retry_at_us)
       return false;

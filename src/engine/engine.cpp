@@ -209,15 +209,27 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
   // no connection here needs only the ids (dispatch keeps no row for it):
   // its rows are not read, so a queue nobody watches costs no reads.
   std::map<int64_t, std::vector<int64_t>> wanted;
+  // A drain's events mostly come in runs of one stream: one lookup per run.
+  // (No stream is added or dropped while a slice is dispatched.)
+  int64_t memo_id = 0;
+  Stream *memo = nullptr;
+  auto stream_of = [&](int64_t id) {
+    if (memo == nullptr || id != memo_id) {
+      auto it = streams_.find(id);
+      memo = it == streams_.end() ? nullptr : it->second.get();
+      memo_id = id;
+    }
+    return memo;
+  };
   size_t end = begin, to_read = 0;
   for (; end < events.size(); end++) {
     const ring::Event &e = events[end];
     if (e.has_payload)
       continue;
-    auto sit = streams_.find(e.stream_id);
-    if (sit == streams_.end() || sit->second->conns.empty())
+    const Stream *rs = stream_of(e.stream_id);
+    if (rs == nullptr || rs->conns.empty())
       continue;
-    if (e.late && sit->second->pos.covers(e.msg_id))
+    if (e.late && rs->pos.covers(e.msg_id))
       continue; // not read: announced (late())
     if (to_read == std::max<size_t>(cfg_.replay_page_size, 1))
       break;
@@ -238,10 +250,10 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
   }
   for (size_t i = begin; i < end; i++) {
     ring::Event &e = events[i];
-    auto sit = streams_.find(e.stream_id);
-    if (sit == streams_.end())
+    Stream *sp = stream_of(e.stream_id);
+    if (sp == nullptr)
       continue;
-    Stream &st = *sit->second;
+    Stream &st = *sp;
     if (st.awake)
       heat(st); // its committed maximum moved: the next round bounds it
     if (!st.awake) {
@@ -595,18 +607,24 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
   t.row.exclude = row.exclude;
   t.row.enqueued_us = row.enqueued_us;
   t.body = body;
+  auto &tail = st.tail;
+  if (tail.empty() || row.msg_id > tail.back().row.msg_id) {
+    tail.push_back(std::move(t));
+  } else { // committed out of id order: its place near the end, once
+    auto at =
+        std::lower_bound(tail.begin(), tail.end(), row.msg_id,
+                         [](const Stream::TailRow &r, int64_t id) { return r.row.msg_id < id; });
+    if (at != tail.end() && at->row.msg_id == row.msg_id)
+      return;
+    tail.insert(at, std::move(t));
+  }
   st.tail_bytes += body->size();
-  st.tail.emplace(row.msg_id, std::move(t));
-  st.tail_order.push_back(row.msg_id);
-  while (!st.tail_order.empty() &&
-         (st.tail_order.size() > cfg_.memory_retention || st.tail_bytes > cfg_.queue_max_bytes)) {
-    auto it = st.tail.find(st.tail_order.front());
-    if (it != st.tail.end()) {
-      st.tail_bytes -= it->second.body->size();
-      st.tail_floor = std::max(st.tail_floor, it->first);
-      st.tail.erase(it);
-    }
-    st.tail_order.pop_front();
+  // The lowest ids go first: every row above the floor stays held.
+  while (!tail.empty() &&
+         (tail.size() > cfg_.memory_retention || st.tail_bytes > cfg_.queue_max_bytes)) {
+    st.tail_bytes -= tail.front().body->size();
+    st.tail_floor = std::max(st.tail_floor, tail.front().row.msg_id);
+    tail.pop_front();
   }
 }
 

@@ -72,8 +72,9 @@ struct Stream {
     Row row; // data cleared: the body carries it
     std::shared_ptr<const std::string> body;
   };
-  std::map<int64_t, TailRow> tail;
-  std::deque<int64_t> tail_order; // dispatch order, oldest first
+  // In id order, so the common case (ids dispatched in ascending order)
+  // appends and evicts at the ends without allocating a node per row.
+  std::deque<TailRow> tail;
   size_t tail_bytes = 0;
   size_t ephemeral_bytes = 0;
   int64_t tail_floor = 0;
@@ -108,10 +109,9 @@ struct Stream {
       tail_floor = upto;
     if (tail.empty())
       return;
-    if (tail_floor < tail.rbegin()->first)
-      tail_floor = tail.rbegin()->first;
+    if (tail_floor < tail.back().row.msg_id)
+      tail_floor = tail.back().row.msg_id;
     tail.clear();
-    tail_order.clear();
     tail_bytes = 0;
   }
 };
