@@ -73,7 +73,8 @@ struct Stream {
     std::shared_ptr<const std::string> body;
   };
   // In id order, so the common case (ids dispatched in ascending order)
-  // appends and evicts at the ends without allocating a node per row.
+  // appends and evicts at the ends: no tree node per row (the deque
+  // allocates a block per three rows) and no tree walks.
   std::deque<TailRow> tail;
   size_t tail_bytes = 0;
   size_t ephemeral_bytes = 0;
