@@ -600,6 +600,21 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
     st.tail_floor = std::max(st.tail_floor, row.msg_id);
     return;
   }
+  // Rows mostly come in id order; one committed out of order usually
+  // belongs a few places from the end: looked for there first (recent,
+  // cached rows), then by a binary search (a long transaction's rows).
+  auto &tail = st.tail;
+  auto at = tail.end();
+  for (int steps = 0; at != tail.begin() && std::prev(at)->row.msg_id >= row.msg_id; ++steps) {
+    if (steps == 8) {
+      at = std::lower_bound(tail.begin(), at, row.msg_id,
+                            [](const Stream::TailRow &r, int64_t id) { return r.row.msg_id < id; });
+      break;
+    }
+    --at;
+  }
+  if (at != tail.end() && at->row.msg_id == row.msg_id)
+    return; // held already
   Stream::TailRow t;
   t.row.msg_id = row.msg_id;
   t.row.event = row.event;
@@ -607,17 +622,7 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
   t.row.exclude = row.exclude;
   t.row.enqueued_us = row.enqueued_us;
   t.body = body;
-  auto &tail = st.tail;
-  if (tail.empty() || row.msg_id > tail.back().row.msg_id) {
-    tail.push_back(std::move(t));
-  } else { // committed out of id order: its place near the end, once
-    auto at =
-        std::lower_bound(tail.begin(), tail.end(), row.msg_id,
-                         [](const Stream::TailRow &r, int64_t id) { return r.row.msg_id < id; });
-    if (at != tail.end() && at->row.msg_id == row.msg_id)
-      return;
-    tail.insert(at, std::move(t));
-  }
+  tail.insert(at, std::move(t)); // at the end unless out of order
   st.tail_bytes += body->size();
   // The lowest ids go first: every row above the floor stays held.
   while (!tail.empty() &&
