@@ -797,11 +797,13 @@ INSERT INTO $table (message) VALUES ('{"html":"<turbo-stream action=\\"append\\"
 EOF
     psql_q -c "CHECKPOINT" >/dev/null
     log "$name: pgbench -c $clients -T $PGBENCH_TIME into $table, synchronous_commit=$commit"
-    local t0 t1 out rc=0
-    t0=$(pg_ticks)
+    local t0 t1 w0 w1 out rc=0
+    t0=$(pg_ticks); w0=$(pids_ticks $PGBUS_WORKER_PIDS)
     out=$(PGOPTIONS="-c synchronous_commit=$commit" "$PGBIN/pgbench" -n -r -M prepared -c "$clients" -j "$clients" \
         -T "$PGBENCH_TIME" -f "$script" -h "$PGSOCK" -p "$PGPORT" -U postgres postgres 2>&1) || rc=$?
-    t1=$(pg_ticks)
+    # the backends' CPU counts once the postmaster has reaped them
+    sleep 0.5
+    t1=$(pg_ticks); w1=$(pids_ticks $PGBUS_WORKER_PIDS)
     printf '%s\n' "$out" > "$RAW/$name.pgbench.txt"
     local tps lat status=ok
     tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p')
@@ -812,7 +814,8 @@ EOF
     fi
     write_meta "$name" system="$variant" scenario=producer status="$status" variant="$variant" table="$table" \
         clients="$clients" synchronous_commit="$commit" round="$round" duration_s="$PGBENCH_TIME" \
-        tps="${tps:-0}" latency_avg_ms="${lat:-0}" server_cpu_s="$(sec $((t1 - t0)))"
+        tps="${tps:-0}" latency_avg_ms="${lat:-0}" server_cpu_s="$(sec $((t1 - t0)))" \
+        workers_cpu_s="$(sec $((w1 - w0)))"
     log "$name: ${tps:-?} tps, avg latency ${lat:-?} ms"
 }
 

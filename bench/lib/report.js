@@ -140,8 +140,8 @@ if (prod.length) {
   md.push('');
   md.push('Variants interleaved round by round; tps is the median over rounds [min–max], "vs plain INSERT" the median of the per-round ratios.');
   md.push('');
-  md.push('| variant | clients | synchronous_commit | rounds | tps [range] | avg latency ms | PostgreSQL CPU | vs plain INSERT [range] | status |');
-  md.push('|---|---:|---|---:|---:|---:|---:|---:|---|');
+  md.push('| variant | clients | synchronous_commit | rounds | tps [range] | avg latency ms | PostgreSQL CPU | of it pgbus_stream workers | CPU µs per INSERT | vs plain INSERT [range] | status |');
+  md.push('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|');
   const order = { plain: 0, pgbus_unwatched: 1, pgbus_watched: 2, pgbus_hook: 2, notify_trigger: 3 };
   const VAR = {
     plain: 'plain INSERT',
@@ -170,9 +170,12 @@ if (prod.length) {
       .filter((x) => x !== undefined);
     const rel = ratios.length ? `${fmt(median(ratios), 0)}% [${fmt(Math.min(...ratios), 0)}–${fmt(Math.max(...ratios), 0)}]` : '–';
     const cpu = median(g.map((r) => r.server_cpu_s));
+    const wcpu = median(g.map((r) => r.workers_cpu_s ?? 0));
+    // PostgreSQL CPU per committed INSERT, every PostgreSQL process included
+    const us = median(g.map((r) => (r.tps ? (1e6 * r.server_cpu_s) / (r.tps * r.duration_s) : 0)));
     const st = g.every((r) => r.status === 'ok') ? 'ok' : g.map((r) => r.status).filter((s) => s !== 'ok').join(',');
     md.push(`| ${VAR[variant] || variant} | ${clients} | ${sc} | ${g.length} | ${fmt(median(tps))} [${fmt(Math.min(...tps))}–${fmt(Math.max(...tps))}] | ` +
-      `${fmt(median(g.map((r) => r.latency_avg_ms)), 3)} | ${pct(cpu, g[0].duration_s)} | ${rel} | ${st} |`);
+      `${fmt(median(g.map((r) => r.latency_avg_ms)), 3)} | ${pct(cpu, g[0].duration_s)} | ${pct(wcpu, g[0].duration_s)} | ${fmt(us, 1)} | ${rel} | ${st} |`);
   }
   md.push('');
 }
