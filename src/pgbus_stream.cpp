@@ -46,6 +46,7 @@ int default_retention_s = 0;
 int replay_page_size = 500;
 int shutdown_drain_ms = 1000;
 int memory_retention = 1000;
+int memory_retention_time_ms = 1000;
 char *default_event = nullptr;
 int cursor_flush_interval_ms = 1000;
 int retention_interval_s = 10;
@@ -236,8 +237,18 @@ static void define_gucs() {
       &shutdown_drain_ms, 1000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "pgbus_stream.memory_retention",
-      "Ephemeral broadcasts each worker keeps per stream for reconnecting clients.", nullptr,
+      "Ephemeral broadcasts, and recent durable rows, each worker keeps per stream for "
+      "reconnecting and lagging clients.",
+      "0 = none: such clients read the table (ephemeral broadcasts are then gone).",
       &memory_retention, 1000, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pgbus_stream.memory_retention_time",
+      "Recent durable rows stay in a worker's memory this long even beyond memory_retention "
+      "rows, within queue_max_bytes per stream.",
+      "A client that lags a fast stream for less than this is refilled without reading the "
+      "table. 0 = memory_retention rows only.",
+      &memory_retention_time_ms, 1000, 0, 600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+      nullptr);
   DefineCustomStringVariable(
       "pgbus_stream.default_event",
       "SSE event name of broadcasts that name none ('' sends no event line, which "

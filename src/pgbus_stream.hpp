@@ -27,6 +27,7 @@ extern int default_retention_s; // 0 = none
 extern int replay_page_size;
 extern int shutdown_drain_ms;
 extern int memory_retention;
+extern int memory_retention_time_ms;
 extern char *default_event;
 extern int cursor_flush_interval_ms;
 extern int retention_interval_s;

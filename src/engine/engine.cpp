@@ -622,11 +622,18 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
   t.row.exclude = row.exclude;
   t.row.enqueued_us = row.enqueued_us;
   t.body = body;
+  t.at_us = now_us_;
   tail.insert(at, std::move(t)); // at the end unless out of order
   st.tail_bytes += body->size();
-  // The lowest ids go first: every row above the floor stays held.
+  // The lowest ids go first: every row above the floor stays held. Beyond
+  // memory_retention rows a row stays while it is recent, so a connection
+  // that lags a fast stream for a moment pages from here, not from the
+  // table; the bytes bound holds regardless. (The lowest id is the oldest
+  // but for a row committed out of order: close enough for a time bound.)
   while (!tail.empty() &&
-         (tail.size() > cfg_.memory_retention || st.tail_bytes > cfg_.queue_max_bytes)) {
+         (st.tail_bytes > cfg_.queue_max_bytes ||
+          (tail.size() > cfg_.memory_retention &&
+           now_us_ - tail.front().at_us >= cfg_.memory_retention_us))) {
     st.tail_bytes -= tail.front().body->size();
     st.tail_floor = std::max(st.tail_floor, tail.front().row.msg_id);
     tail.pop_front();

@@ -33,6 +33,10 @@ struct Config {
   // The drop policies make a connection live-only: the sink's queue drops.
   OverflowPolicy overflow_policy = OverflowPolicy::Lag;
   size_t memory_retention = 1000;
+  // The durable tail also keeps every row dispatched within this time, even
+  // beyond memory_retention rows (still within queue_max_bytes): a
+  // connection on a fast stream that lags this long pages from memory.
+  int64_t memory_retention_us = 1000 * 1000;
   size_t replay_page_size = 500;
   std::string default_event = "turbo-stream";
   bool stats_enabled = false;

@@ -66,11 +66,13 @@ struct Stream {
   bool ephemeral_check = false;    // ring events were lost: compare with the producers' count
   uint64_t ephemeral_check_at = 0; // that count, read after the incomplete drain
   // The recent durable rows dispatched while the stream had connections, with
-  // their encoded bodies, bounded by memory_retention rows and queue_max_bytes.
+  // their encoded bodies: memory_retention rows, or more while they are
+  // younger than memory_retention_time, never above queue_max_bytes.
   // Every row with an id above tail_floor that this process dispatched is here.
   struct TailRow {
     Row row; // data cleared: the body carries it
     std::shared_ptr<const std::string> body;
+    int64_t at_us = 0; // when it was dispatched (memory_retention_time)
   };
   // In id order, so the common case (ids dispatched in ascending order)
   // appends and evicts at the ends: no tree node per row (the deque

@@ -22,6 +22,7 @@ engine::Config engine_config() {
   c.queue_max_bytes = (size_t)guc::queue_max_bytes;
   c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
   c.memory_retention = (size_t)guc::memory_retention;
+  c.memory_retention_us = (int64_t)guc::memory_retention_time_ms * 1000;
   c.replay_page_size = (size_t)guc::replay_page_size;
   c.default_event = guc::default_event ? guc::default_event : "";
   // A standby writes nothing: no history rows, no retention (the primary's

@@ -27,6 +27,8 @@ World::World(Choices &c) : ch(c) {
   cfg.queue_max_events = 2 + ch.below(6);
   cfg.queue_max_bytes = 200 + ch.below(600);
   cfg.memory_retention = ch.below(8);
+  // rounds are 3 ms apart: rows kept for up to a few rounds beyond the count
+  cfg.memory_retention_us = ch.chance(50) ? 0 : ch.below(12000);
   cfg.replay_page_size = 1 + ch.below(5);
   cfg.max_token_bytes = 40 + ch.below(200);
   cfg.overflow_policy = OverflowPolicy::Lag;
