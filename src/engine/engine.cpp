@@ -334,11 +334,19 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
     settle_tails();
   if (!events.empty()) {
     // A stream created in the same transaction as its first rows may be newer than our catalog.
+    // (One lookup per run of a stream's events: a drain mostly comes in runs.)
     CatalogFilter unknown;
-    for (const ring::Event &e : events)
-      if (!streams_.count(e.stream_id) &&
-          std::find(unknown.ids.begin(), unknown.ids.end(), e.stream_id) == unknown.ids.end())
+    const ring::Event *last_known = nullptr;
+    for (const ring::Event &e : events) {
+      if (last_known && e.stream_id == last_known->stream_id)
+        continue;
+      if (streams_.count(e.stream_id)) {
+        last_known = &e;
+        continue;
+      }
+      if (std::find(unknown.ids.begin(), unknown.ids.end(), e.stream_id) == unknown.ids.end())
         unknown.ids.push_back(e.stream_id);
+    }
     if (!unknown.ids.empty())
       load_streams(unknown);
     // Events are taken in slices of at most replay_page_size rows to read,
@@ -378,7 +386,22 @@ void Engine::dispatch(Stream &st, const Row &row) {
     st.tail_drop(row.msg_id); // nobody to replay to: the tail starts above it
     return;
   }
-  st.pos_before = st.pos; // what a synced subscription falls back to when this row waits
+  // Only a subscription in step with the stream uses the position before
+  // this row (when the row waits) and the shared frame: with none (every
+  // connection pages, e.g. it stopped reading) neither is built. The scan
+  // stops at the first such subscription, and without one the loop below
+  // visits every connection anyway.
+  bool synced = st.riders > 0, wants_frame = synced;
+  for (size_t i = 0; !wants_frame && i < st.conns.size(); ++i) {
+    const Connection &c = *st.conns[i];
+    for (const Sub &s : c.subs)
+      if (s.st == &st && s.synced) {
+        synced = true;
+        wants_frame = !c.multi && c.subscriber.empty(); // deliver()'s fast path, rides()
+      }
+  }
+  if (synced)
+    st.pos_before = st.pos; // what a synced subscription falls back to when this row waits
   st.pos.add(row.msg_id);
   st.token_stale = true;
   auto body = encode_body(row);
@@ -387,12 +410,14 @@ void Engine::dispatch(Stream &st, const Row &row) {
   // The whole frame for connections in step with the stream, when the
   // stream's own token is short enough to send.
   std::shared_ptr<const std::string> frame;
-  const std::string &token = st.token_of();
-  if (token.size() <= cfg_.max_token_bytes) {
-    auto f = std::make_shared<std::string>();
-    f->reserve(token.size() + 5 + body->size());
-    f->append("id: ").append(token).append("\n").append(*body);
-    frame = std::move(f);
+  if (wants_frame) {
+    const std::string &token = st.token_of();
+    if (token.size() <= cfg_.max_token_bytes) {
+      auto f = std::make_shared<std::string>();
+      f->reserve(token.size() + 5 + body->size());
+      f->append("id: ").append(token).append("\n").append(*body);
+      frame = std::move(f);
+    }
   }
   // A run of rows that everyone may see is batched for the connections in
   // step with the stream (Engine::rides): each gets the run as one frame
