@@ -175,8 +175,11 @@ const std::vector<int64_t> &Engine::round_streams(bool full) {
   hot_.erase(std::remove_if(hot_.begin(), hot_.end(), [](const Stream *st) { return !st->hot; }),
              hot_.end());
   if (full) {
-    for (Stream *st : awake_) // a dormant stream needs no horizon (lifetime.cpp)
+    for (Stream *st : awake_) { // a dormant stream needs no horizon (lifetime.cpp)
       include(*st);
+      if (st->tail.size() > cfg_.memory_retention)
+        tail_trim(*st); // rows kept by memory_retention_time whose time is up
+    }
     return round_ids_;
   }
   // Between full rounds, only the watched streams whose horizon may move:
@@ -650,11 +653,19 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
   t.at_us = now_us_;
   tail.insert(at, std::move(t)); // at the end unless out of order
   st.tail_bytes += body->size();
-  // The lowest ids go first: every row above the floor stays held. Beyond
-  // memory_retention rows a row stays while it is recent, so a connection
-  // that lags a fast stream for a moment pages from here, not from the
-  // table; the bytes bound holds regardless. (The lowest id is the oldest
-  // but for a row committed out of order: close enough for a time bound.)
+  tail_trim(st);
+}
+
+// The lowest ids go first: every row above the floor stays held. Beyond
+// memory_retention rows a row stays while it is recent, so a connection
+// that lags a fast stream for a moment pages from here, not from the
+// table; the bytes bound holds regardless. (The lowest id is the oldest
+// but for a row committed out of order: close enough for a time bound.)
+// Run on every row added, and on every awake stream in the full rounds
+// (round_streams), so a burst's extra rows leave within a second plus a
+// full round also when no row follows.
+void Engine::tail_trim(Stream &st) {
+  auto &tail = st.tail;
   while (!tail.empty() &&
          (st.tail_bytes > cfg_.queue_max_bytes ||
           (tail.size() > cfg_.memory_retention &&
@@ -700,6 +711,13 @@ size_t Engine::retained_bytes() const {
   size_t n = 0;
   for (const auto &[id, st] : streams_)
     n += st->tail_bytes + st->ephemeral_bytes;
+  return n;
+}
+
+size_t Engine::tail_rows() const {
+  size_t n = 0;
+  for (const auto &[id, st] : streams_)
+    n += st->tail.size();
   return n;
 }
 

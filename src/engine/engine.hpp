@@ -179,6 +179,7 @@ public:
   std::vector<StreamView> streams() const;
   // Memory the engine holds for tails and ephemeral retention (bytes, approximate).
   size_t retained_bytes() const;
+  size_t tail_rows() const; // rows in the streams' tails
 
 private:
   friend struct Delivery;
@@ -226,6 +227,7 @@ private:
   void record_history(const std::string &stream, const char *event, double ms, int64_t fanout);
   void flush_stats(Stream &st, int64_t commit_us);
   void tail_add(Stream &st, const Row &row, const std::shared_ptr<const std::string> &body);
+  void tail_trim(Stream &st); // evicts what memory_retention(_time) and queue_max_bytes no longer hold
   void retain_ephemeral(Stream &st, const Row &row);
   bool read_ok(bool ok);
   std::shared_ptr<const std::string> encode_body(const Row &row) const;

@@ -592,6 +592,15 @@ std::string World::run(int steps) {
     settle();
   if (error.empty())
     check_complete();
+  if (error.empty()) {
+    // Quiet from here: once memory_retention_time has passed, full rounds
+    // leave each tail at most memory_retention rows, with no row added.
+    for (int round = 0; round < 8; ++round)
+      worker_round(true);
+    if (engine_->tail_rows() > streams.size() * cfg.memory_retention)
+      fail("tails hold " + std::to_string(engine_->tail_rows()) + " rows after " +
+           std::to_string(cfg.memory_retention_us) + " us quiet");
+  }
   return error;
 }
 
