@@ -50,28 +50,28 @@ my $pg;
 sub msgs { return map { ($_->{data} // '') =~ /^(m\d+):/ ? $1 : () } $_[0]->data_events }
 sub gaps { return grep { ($_->{event} // '') eq 'pgbus:gap-detected' } $_[0]->events }
 
-# Commits rows m<from>..m<to>, $PER_TX per transaction; the reading client
+# Commits rows m1..m$N, $PER_TX per transaction; the reading client
 # follows, so every row has been dispatched when this returns.
 sub publish
 {
-	my ($reader, $from, $to, $label) = @_;
-	for (my $i = $from; $i <= $to; $i += $PER_TX)
+	my ($reader, $label) = @_;
+	for (my $i = 1; $i <= $N; $i += $PER_TX)
 	{
 		my $last = $i + $PER_TX - 1;
-		$last = $to if $last > $to;
+		$last = $N if $last > $N;
 		$pg->safe_psql('postgres',
 			"SELECT pgbus_stream.broadcast('fast', 'm' || g || ':' || repeat('x', $PAYLOAD)) FROM generate_series($i, $last) g");
-		ok($reader->wait_for_data_events($last - $from + 1, 30), "$label: the reading client got up to m$last")
+		ok($reader->wait_for_data_events($last, 30), "$label: the reading client got up to m$last")
 		  or return 0;
 	}
 	return 1;
 }
 
-# Every row id in order and once: m<from>, m<from+1>, ... (a subsequence).
+# Every row id in order and once: a subsequence of m1, m2, ...
 sub in_order
 {
-	my ($list, $from) = @_;
-	my $prev = $from - 1;
+	my ($list) = @_;
+	my $prev = 0;
 	for my $m (@$list)
 	{
 		my ($n) = $m =~ /^m(\d+)$/;
@@ -97,44 +97,46 @@ sub drain
 	return $n;
 }
 
+# A reading and a stalled client on a node; $N rows committed (the reader
+# follows), then deleted from the table; then the stalled client reads.
+# Returns it and the rows it got.
+sub lag_then_read
+{
+	my ($label) = @_;
+	my $reader = $pg->open_stream('fast');
+	my $stalled = $pg->open_stream('fast');
+	is($stalled->status, 200, "$label: the stalled client connected");
+	publish($reader, $label) or BAIL_OUT('the reading client did not keep up');
+	is(scalar(my @r = msgs($reader)), $N, "$label: the reading client got all $N rows");
+	$reader->close;
+	$pg->safe_psql('postgres', 'DELETE FROM pgbus_stream.q_pgbus_fast');
+	is($pg->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.q_pgbus_fast'), 0, "$label: the rows are deleted from the table");
+	drain($stalled);
+	my @got = msgs($stalled);
+	ok(in_order(\@got), "$label: what the stalled client got is in order, each once");
+	return ($stalled, @got);
+}
+
 # ---------------------------------------------------------------- A
 $pg = node('mtail', '60s');
 {
-	my $reader = $pg->open_stream('fast');
-	my $stalled = $pg->open_stream('fast');
-	is($stalled->status, 200, 'A: the stalled client connected');
-	publish($reader, 1, $N, 'A') or BAIL_OUT('the reading client did not keep up');
-	is(scalar(my @r = msgs($reader)), $N, "A: the reading client got all $N rows");
-	$pg->safe_psql('postgres', 'DELETE FROM pgbus_stream.q_pgbus_fast');
-	is($pg->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.q_pgbus_fast'), 0, 'A: the rows are deleted from the table');
-	drain($stalled);
-	my @got = msgs($stalled);
+	my ($stalled, @got) = lag_then_read('A');
 	is(scalar @got, $N, "A: the stalled client gets all $N rows once it reads (from memory: the table has none)");
-	ok(in_order(\@got, 1), 'A: in order, each once');
 	is(scalar(gaps($stalled)), 0, 'A: no gap notice');
-	$_->close for $reader, $stalled;
+	$stalled->close;
 }
-
 $pg->finish;
 
 # ---------------------------------------------------------------- B
 $pg = node('mtail0', '0');
 {
-	my $reader = $pg->open_stream('fast');
-	my $stalled = $pg->open_stream('fast');
-	is($stalled->status, 200, 'B: the stalled client connected');
-	publish($reader, 1, $N, 'B') or BAIL_OUT('the reading client did not keep up');
-	$pg->safe_psql('postgres', 'DELETE FROM pgbus_stream.q_pgbus_fast');
-	drain($stalled);
-	my @got = msgs($stalled);
+	my ($stalled, @got) = lag_then_read('B');
 	note('B: the stalled client got ' . scalar(@got) . " of $N rows");
 	cmp_ok(scalar @got, '<', $N, 'B: without the time rule the rows beyond memory_retention came from the table, where they were deleted');
-	ok(in_order(\@got, 1), 'B: what it got is in order, each once');
-	$_->close for $reader, $stalled;
+	$stalled->close;
 	my $c = $pg->open_stream('fast');
 	is($c->status, 200, 'B: the worker serves a new client');
 	$c->close;
 }
-
 $pg->finish;
 done_testing();
