@@ -31,6 +31,7 @@ PGBENCH_TIME=""
 PGBENCH_CLIENTS=1,8
 PRODUCER_COMMIT=off,on  # synchronous_commit of the producer runs
 PRODUCER_ROUNDS=""      # producer variants interleaved this many times
+ROUNDS=""               # load and idle scenarios repeated this many times, systems interleaved
 IDLE_CONNS=""
 IDLE_HOLD=""
 WORKERS=2
@@ -77,6 +78,8 @@ Options (defaults in brackets; --quick shortens durations and sizes):
   --pgbench-clients L    [$PGBENCH_CLIENTS]
   --producer-commit L    synchronous_commit values of the producer runs [$PRODUCER_COMMIT]
   --producer-rounds N    producer variants interleaved N times, medians reported [3; quick 1]
+  --rounds N             idle, fan-out, saturation, streams and slow scenarios repeated N
+                         times, every system once per round; medians and ranges reported [3; quick 1]
   --idle-conns K         connections held in the idle run [10000; quick 2000]
   --idle-hold S          seconds they are held [5; quick 2]
   --workers N            pgbus_stream.workers [$WORKERS]
@@ -120,6 +123,7 @@ while [ $# -gt 0 ]; do
         --pgbench-clients) PGBENCH_CLIENTS=$2; shift 2 ;;
         --producer-commit) PRODUCER_COMMIT=$2; shift 2 ;;
         --producer-rounds) PRODUCER_ROUNDS=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         --idle-conns) IDLE_CONNS=$2; shift 2 ;;
         --idle-hold) IDLE_HOLD=$2; shift 2 ;;
         --workers) WORKERS=$2; shift 2 ;;
@@ -150,10 +154,10 @@ done
 PAUSE=1   # seconds between runs
 if [ "$QUICK" = 1 ]; then
     PAUSE=0.3
-    : "${DURATION:=3}" "${WARMUP:=0.5}" "${FANOUT_NS:=100,1000}" "${PGBENCH_TIME:=4}" "${PRODUCER_ROUNDS:=1}"
+    : "${DURATION:=3}" "${WARMUP:=0.5}" "${FANOUT_NS:=100,1000}" "${PGBENCH_TIME:=4}" "${PRODUCER_ROUNDS:=1}" "${ROUNDS:=1}"
     : "${IDLE_CONNS:=2000}" "${IDLE_HOLD:=2}" "${RAMP_TIMEOUT:=5}"
 else
-    : "${DURATION:=8}" "${WARMUP:=1}" "${FANOUT_NS:=100,1000,10000}" "${PGBENCH_TIME:=8}" "${PRODUCER_ROUNDS:=3}"
+    : "${DURATION:=8}" "${WARMUP:=1}" "${FANOUT_NS:=100,1000,10000}" "${PGBENCH_TIME:=8}" "${PRODUCER_ROUNDS:=3}" "${ROUNDS:=3}"
     : "${IDLE_CONNS:=10000}" "${IDLE_HOLD:=5}" "${RAMP_TIMEOUT:=30}"
 fi
 
@@ -166,6 +170,10 @@ for s in ${SYSTEMS//,/ }; do
 done
 for s in ${SCENARIOS//,/ }; do
     case $s in fanout|saturation|streams|producer|idle|slow) ;; *) die "unknown scenario '$s'" ;; esac
+done
+for v in ROUNDS PRODUCER_ROUNDS; do
+    opt=${v,,}; opt=${opt//_/-}
+    [[ "${!v}" =~ ^[1-9][0-9]?$ ]] || die "--$opt must be a whole number from 1 to 99 (got '${!v}')"
 done
 
 TMP=${BENCH_TMP:-$BENCH/.tmp}   # BENCH_TMP: put the cluster elsewhere
@@ -401,12 +409,7 @@ start_pg() {
             printf '%s\n' "$PGBUS_CONF" | tr ';' '\n' | sed -e 's/^ *//' -e '/^$/d'
         fi
     } >> "$PGDATA/postgresql.conf"
-    # runuser goes through PAM, which resets the open-files limit: raise it inside
-    as_pg bash -c 'ulimit -n "$(ulimit -Hn)"; exec "$@"' _ \
-        "$PGBIN/pg_ctl" -D "$PGDATA" -l "$TMP/postgres.log" -w -t 60 start >/dev/null 2>&1 9>&- ||
-        { tail -30 "$TMP/postgres.log" >&2; die "PostgreSQL did not start (log above)"; }
-    PG_STARTED=1
-    PG_PID=$(postmaster_pid)
+    pg_up
     if need_pgbus; then
         local err
         err=$(psql_q -c "CREATE EXTENSION pgbus_stream" 2>&1) ||
@@ -426,16 +429,34 @@ start_pg() {
                 fi
             done
         fi
-        wait_http_any "$PGBUS_PORT" /healthz 20 ||
-            die "pgbus_stream does not answer HTTP on 127.0.0.1:$PGBUS_PORT (see $LOGS/postgres.log)"
-        local hs
-        hs=$(http_status "$PGBUS_PORT" /healthz)
-        [ "$hs" = 200 ] || log "note: pgbus_stream answers GET /healthz with $hs (the README lists /healthz)"
-        PGBUS_WORKER_PIDS=$(psql_q -c "SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pgbus_stream%'" | tr '\n' ' ')
-        [ -n "${PGBUS_WORKER_PIDS// /}" ] ||
-            die "no pgbus_stream worker in pg_stat_activity (backend_type LIKE 'pgbus_stream%')"
-        log "pgbus_stream on 127.0.0.1:$PGBUS_PORT, worker pids: $PGBUS_WORKER_PIDS"
+        find_workers
     fi
+}
+pg_up() {
+    # runuser goes through PAM, which resets the open-files limit: raise it inside
+    as_pg bash -c 'ulimit -n "$(ulimit -Hn)"; exec "$@"' _ \
+        "$PGBIN/pg_ctl" -D "$PGDATA" -l "$TMP/postgres.log" -w -t 60 start >/dev/null 2>&1 9>&- ||
+        { tail -30 "$TMP/postgres.log" >&2; die "PostgreSQL did not start (log above)"; }
+    PG_STARTED=1
+    PG_PID=$(postmaster_pid)
+}
+find_workers() {
+    wait_http_any "$PGBUS_PORT" /healthz 20 ||
+        die "pgbus_stream does not answer HTTP on 127.0.0.1:$PGBUS_PORT (see $LOGS/postgres.log)"
+    local hs
+    hs=$(http_status "$PGBUS_PORT" /healthz)
+    [ "$hs" = 200 ] || log "note: pgbus_stream answers GET /healthz with $hs (the README lists /healthz)"
+    PGBUS_WORKER_PIDS=$(psql_q -c "SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pgbus_stream%'" | tr '\n' ' ')
+    [ -n "${PGBUS_WORKER_PIDS// /}" ] ||
+        die "no pgbus_stream worker in pg_stat_activity (backend_type LIKE 'pgbus_stream%')"
+    log "pgbus_stream on 127.0.0.1:$PGBUS_PORT, worker pids: $PGBUS_WORKER_PIDS"
+}
+# a fresh server (the idle runs after the first round): same cluster and streams
+restart_pg() {
+    log "restarting PostgreSQL for a fresh worker"
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w -t 60 stop >/dev/null 2>&1 || die "PostgreSQL did not stop"
+    pg_up
+    find_workers
 }
 
 NGINX_PID=""
@@ -540,13 +561,14 @@ alive_check() {
 }
 
 FAILURES=0
+META_EXTRA=()   # key=value pairs every write_meta adds (the round of the load scenarios)
 # write_meta NAME key=value... (numbers unquoted when they look like numbers)
 write_meta() {
     local name=$1; shift
     local kv k v first=1
     {
         printf '{'
-        for kv in "$@"; do
+        for kv in "$@" "${META_EXTRA[@]}"; do
             k=${kv%%=*}; v=${kv#*=}
             [ $first = 1 ] || printf ','
             first=0
@@ -701,8 +723,8 @@ run_load() {
     sleep "$PAUSE"
 }
 
-run_idle() {
-    local sys=$1 k=$2 hold=$3 name="$1_idle_k$2"
+run_idle() {   # SYSTEM CONNS HOLD_S [NAME_SUFFIX]
+    local sys=$1 k=$2 hold=$3 name="$1_idle_k$2${4:-}"
     local port procs ready
     port=$(sys_port "$sys")
     procs=$(client_procs_for "$k")
@@ -823,55 +845,70 @@ IFS=',' read -r -a SYS_LIST <<< "$SYSTEMS"
 IFS=',' read -r -a N_LIST <<< "$FANOUT_NS"
 IFS=',' read -r -a C_LIST <<< "$PGBENCH_CLIENTS"
 
-# idle first: every server process is still fresh, so its memory baseline is clean
-if has "$SCENARIOS" idle; then
-    for s in "${SYS_LIST[@]}"; do run_idle "$s" "$IDLE_CONNS" "$IDLE_HOLD"; done
-fi
-if has "$SCENARIOS" fanout; then
-    for n in "${N_LIST[@]}"; do for s in "${SYS_LIST[@]}"; do
-        run_load "$s" fanout "${s}_fanout_n${n}_r${RATE}" "$n" 1 "$RATE" "$FIXED_PUB_CONNS" "$DURATION"
-    done; done
-fi
-if has "$SCENARIOS" saturation; then
-    for n in "${N_LIST[@]}"; do for s in "${SYS_LIST[@]}"; do
-        run_load "$s" saturation "${s}_saturation_n${n}" "$n" 1 0 "$SAT_PUB_CONNS" "$DURATION"
-    done; done
-fi
-# Half the saturation rate, per system, at 1 000 subscribers (the latency
-# target is stated there): needs the saturation run at 1 000 just before.
-if has "$SCENARIOS" saturation && has "$FANOUT_NS" 1000; then
-    for s in "${SYS_LIST[@]}"; do
-        sat=$(jq -r '.rate_achieved // 0' "$RAW/${s}_saturation_n1000.publisher.json" 2>/dev/null || echo 0)
-        half=$(awk -v r="$sat" 'BEGIN{printf "%d", r / 2}')
-        if [ "${half:-0}" -ge 1 ]; then
-            run_load "$s" halfsat "${s}_halfsat_n1000_r${half}" 1000 1 "$half" "$FIXED_PUB_CONNS" "$DURATION"
-        else
-            log "${s}_halfsat: no saturation rate measured, skipped"
-        fi
-    done
-fi
-if has "$SCENARIOS" streams; then
-    for s in "${SYS_LIST[@]}"; do
-        run_load "$s" streams "${s}_streams_s${STREAMS}x${SUBS_PER_STREAM}" $((STREAMS * SUBS_PER_STREAM)) \
-            "$STREAMS" "$STREAMS_RATE" "$FIXED_PUB_CONNS" "$DURATION"
-    done
-fi
-if has "$SCENARIOS" slow; then
-    # 1 000 live subscribers alone, then beside 1 stalled client, then beside
-    # $SLOW_STALLED stalled clients (memory bound); larger payloads fill the
-    # stalled clients' socket buffers and server-side queues within the run
-    SAVED_PAD=$PAD; PAD=$SLOW_PAD
-    for s in "${SYS_LIST[@]}"; do
-        for st in 0 1 "$SLOW_STALLED"; do
-            STALLED=$st
-            # a worker returns freed heap to the kernel ~2 s after its
-            # connections went: every run starts from a settled RSS
-            sleep 2.5
-            run_load "$s" slow "${s}_slow_stalled${st}" "$SLOW_LIVE" 1 "$SLOW_RATE" "$FIXED_PUB_CONNS" "$DURATION"
+# The load scenarios ROUNDS times, every system once per scenario and round:
+# a slow spell of the shared machine hits every system of that round. Names
+# carry _round<R> when there is more than one round; the report gives the
+# median over the rounds with the range.
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    META_EXTRA=(round="$ROUND")
+    R=""
+    [ "$ROUNDS" -gt 1 ] && R="_round$ROUND" && log "round $ROUND of $ROUNDS"
+    # idle first: every server process is fresh, so its memory baseline is
+    # clean (nchan and the relay start afresh for every run; PostgreSQL is
+    # restarted for the idle runs after the first round)
+    if has "$SCENARIOS" idle; then
+        for s in "${SYS_LIST[@]}"; do
+            [ "$s" = pgbus ] && [ "$ROUND" -gt 1 ] && restart_pg
+            run_idle "$s" "$IDLE_CONNS" "$IDLE_HOLD" "$R"
         done
-    done
-    STALLED=0; PAD=$SAVED_PAD
-fi
+    fi
+    if has "$SCENARIOS" fanout; then
+        for n in "${N_LIST[@]}"; do for s in "${SYS_LIST[@]}"; do
+            run_load "$s" fanout "${s}_fanout_n${n}_r${RATE}$R" "$n" 1 "$RATE" "$FIXED_PUB_CONNS" "$DURATION"
+        done; done
+    fi
+    if has "$SCENARIOS" saturation; then
+        for n in "${N_LIST[@]}"; do for s in "${SYS_LIST[@]}"; do
+            run_load "$s" saturation "${s}_saturation_n${n}$R" "$n" 1 0 "$SAT_PUB_CONNS" "$DURATION"
+        done; done
+    fi
+    # Half the saturation rate, per system, at 1 000 subscribers (the latency
+    # target is stated there): needs this round's saturation run at 1 000.
+    if has "$SCENARIOS" saturation && has "$FANOUT_NS" 1000; then
+        for s in "${SYS_LIST[@]}"; do
+            sat=$(jq -r '.rate_achieved // 0' "$RAW/${s}_saturation_n1000$R.publisher.json" 2>/dev/null || echo 0)
+            half=$(awk -v r="$sat" 'BEGIN{printf "%d", r / 2}')
+            if [ "${half:-0}" -ge 1 ]; then
+                run_load "$s" halfsat "${s}_halfsat_n1000_r${half}$R" 1000 1 "$half" "$FIXED_PUB_CONNS" "$DURATION"
+            else
+                log "${s}_halfsat$R: no saturation rate measured, skipped"
+            fi
+        done
+    fi
+    if has "$SCENARIOS" streams; then
+        for s in "${SYS_LIST[@]}"; do
+            run_load "$s" streams "${s}_streams_s${STREAMS}x${SUBS_PER_STREAM}$R" $((STREAMS * SUBS_PER_STREAM)) \
+                "$STREAMS" "$STREAMS_RATE" "$FIXED_PUB_CONNS" "$DURATION"
+        done
+    fi
+    if has "$SCENARIOS" slow; then
+        # 1 000 live subscribers alone, then beside 1 stalled client, then beside
+        # $SLOW_STALLED stalled clients (memory bound); larger payloads fill the
+        # stalled clients' socket buffers and server-side queues within the run
+        SAVED_PAD=$PAD; PAD=$SLOW_PAD
+        for s in "${SYS_LIST[@]}"; do
+            for st in 0 1 "$SLOW_STALLED"; do
+                STALLED=$st
+                # a worker returns freed heap to the kernel ~2 s after its
+                # connections went: every run starts from a settled RSS
+                sleep 2.5
+                run_load "$s" slow "${s}_slow_stalled${st}$R" "$SLOW_LIVE" 1 "$SLOW_RATE" "$FIXED_PUB_CONNS" "$DURATION"
+            done
+        done
+        STALLED=0; PAD=$SAVED_PAD
+    fi
+done
+META_EXTRA=()
 if has "$SCENARIOS" producer; then
     setup_producer_tables
     IFS=',' read -r -a SC_LIST <<< "$PRODUCER_COMMIT"
@@ -905,7 +942,7 @@ fi
 # ----------------------------------------------------------------- report ----
 T_END=$(date +%s)
 write_meta _run started="$STAMP" elapsed_s=$((T_END - T_START)) systems="$SYSTEMS" scenarios="$SCENARIOS" \
-    quick="$QUICK" rate="$RATE" duration_s="$DURATION" warmup_s="$WARMUP" workers="$WORKERS" \
+    quick="$QUICK" rounds="$ROUNDS" producer_rounds="$PRODUCER_ROUNDS" rate="$RATE" duration_s="$DURATION" warmup_s="$WARMUP" workers="$WORKERS" \
     host="$(uname -srm)" cores="$(nproc)" failures="$FAILURES"
 node "$BENCH/lib/report.js" "$OUT" || die "report generation failed"
 log "done in $((T_END - T_START))s: $OUT/results.md"

@@ -44,6 +44,32 @@ const ms = (us) => (us === undefined || us === null ? '–' : fmt(us / 1000, us 
 const mb = (kb) => (kb ? fmt(kb / 1024, 1) : '–');
 const pct = (cpu, wall) => (cpu !== undefined && wall ? fmt((100 * cpu) / wall, 0) + '%' : '–');
 const bySys = (a, b) => (a.conns - b.conns) || ((SYS_ORDER[a.system] ?? 9) - (SYS_ORDER[b.system] ?? 9));
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n ? (n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) : undefined; };
+const num = (x) => typeof x === 'number' && !Number.isNaN(x);
+// The median of f over the runs rs and its range, over the runs where f is a number.
+function agg(rs, f) {
+  const xs = rs.map(f).filter(num);
+  return xs.length ? { m: median(xs), lo: Math.min(...xs), hi: Math.max(...xs), n: xs.length } : undefined;
+}
+// "median [min–max]" (the range only when there was more than one run)
+const withRange = (a, f) => (a === undefined ? '–' : a.n > 1 ? `${f(a.m)} [${f(a.lo)}–${f(a.hi)}]` : f(a.m));
+const mid = (a, f) => (a === undefined ? '–' : f(a.m));
+const worst = (a, f) => (a === undefined ? '–' : f(a.hi));
+const statusOf = (rs) => (rs.every((r) => r.status === 'ok') ? 'ok' : rs.map((r) => r.status || '?').filter((x) => x !== 'ok').join(','));
+// The load and idle scenarios are repeated --rounds times: one group per
+// system and setting, its runs in round order.
+function groupRuns(rs, keyOf) {
+  const groups = new Map();
+  for (const r of rs) {
+    const k = keyOf(r);
+    if (!groups.has(k)) groups.set(k, []);
+    groups.get(k).push(r);
+  }
+  for (const g of groups.values()) g.sort((a, b) => (a.round ?? 1) - (b.round ?? 1));
+  return [...groups.values()];
+}
+const loadKey = (r) => `${r.scenario}|${r.system}|${r.conns}|${r.streams}|${r.stalled || 0}`;
+const sameRound = (g, round) => g.find((x) => (x.round ?? 1) === (round ?? 1));
 
 const md = [];
 md.push(`# pgbus_stream benchmark — ${run.started || ''}`);
@@ -52,6 +78,12 @@ md.push(`Machine: ${run.host || '?'}, ${run.cores || '?'} cores; load client, pu
   `Run took ${run.elapsed_s || '?'} s${run.quick ? ' (--quick)' : ''}. Fixed rate ${run.rate} msg/s, ` +
   `${run.duration_s} s per run (first ${run.warmup_s} s not measured), pgbus_stream.workers = ${run.workers}.`);
 md.push('');
+if ((run.rounds || 1) > 1) {
+  md.push(`Every load and idle scenario ran ${run.rounds} times, every system once per round (rounds one after another), ` +
+    'so a slow spell of the machine hits every system of its round. A cell is the median over the runs; ' +
+    '[min–max] follows the headline figures; loss and duplicate columns give the worst run.');
+  md.push('');
+}
 if (run.failures) md.push(`**${run.failures} scenario(s) failed** — see the status column.\n`);
 
 // The client's, publisher's, latency and loss parts of a load run's row.
@@ -61,21 +93,26 @@ function parts(r) {
 }
 
 function loadTable(title, scen, note) {
-  const rs = rows.filter((r) => r.scenario === scen).sort(bySys);
-  if (!rs.length) return;
+  const groups = groupRuns(rows.filter((r) => r.scenario === scen), loadKey).sort((a, b) => bySys(a[0], b[0]));
+  if (!groups.length) return;
   md.push(`## ${title}`);
   md.push('');
   if (note) { md.push(note); md.push(''); }
-  md.push('| system | subscribers | published msg/s | deliveries/s | p50 ms | p99 ms | max ms | lost (gaps) | not delivered at end | dups | conns ok/failed | server CPU | server peak RSS / PSS MB | client CPU s | status |');
-  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
-  for (const r of rs) {
-    const { c, p, lat, loss } = parts(r);
-    const ccpu = c.client ? (c.client.cpu_user_s + c.client.cpu_sys_s) : undefined;
-    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.conns)}${r.streams > 1 ? ` (${fmt(r.streams)} streams)` : ''} | ` +
-      `${fmt(p.rate_achieved)} | ${fmt(c.deliveries_per_s)} | ${ms(lat.p50)} | ${ms(lat.p99)} | ${ms(lat.max)} | ` +
-      `${fmt(loss.missing_in_gaps)} | ${loss.expectation_known === false ? '?' : fmt(loss.missing_tail)} | ${fmt(loss.duplicates_total)} | ` +
-      `${fmt(c.connections_ok)}/${fmt(c.connections_failed)} | ${pct(r.server_cpu_s, r.wall_s)} | ` +
-      `${mb(r.server_peak_rss_kb)} / ${mb(r.server_peak_pss_kb)} | ${fmt(ccpu, 1)} | ${r.status || '?'} |`);
+  md.push('| system | subscribers | runs | published msg/s | deliveries/s | p50 ms | p99 ms | max ms | lost (gaps) | not delivered at end | dups | conns ok/failed | server CPU | server peak RSS / PSS MB | client CPU s | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  for (const g of groups) {
+    const r = g[0];
+    const a = (f) => agg(g, (x) => f(parts(x)));
+    const unknownTail = g.some((x) => parts(x).loss.expectation_known === false);
+    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.conns)}${r.streams > 1 ? ` (${fmt(r.streams)} streams)` : ''} | ${g.length} | ` +
+      `${mid(a((q) => q.p.rate_achieved), fmt)} | ${withRange(a((q) => q.c.deliveries_per_s), fmt)} | ` +
+      `${withRange(a((q) => q.lat.p50), ms)} | ${withRange(a((q) => q.lat.p99), ms)} | ${mid(a((q) => q.lat.max), ms)} | ` +
+      `${worst(a((q) => q.loss.missing_in_gaps), fmt)} | ${unknownTail ? '?' : worst(a((q) => q.loss.missing_tail), fmt)} | ` +
+      `${worst(a((q) => q.loss.duplicates_total), fmt)} | ` +
+      `${mid(a((q) => q.c.connections_ok), fmt)}/${worst(a((q) => q.c.connections_failed), fmt)} | ` +
+      `${mid(agg(g, (x) => (x.wall_s ? x.server_cpu_s / x.wall_s : undefined)), (v) => fmt(100 * v, 0) + '%')} | ` +
+      `${mid(agg(g, (x) => x.server_peak_rss_kb), mb)} / ${mid(agg(g, (x) => x.server_peak_pss_kb), mb)} | ` +
+      `${mid(a((q) => (q.c.client ? q.c.client.cpu_user_s + q.c.client.cpu_sys_s : undefined)), (v) => fmt(v, 1))} | ${statusOf(g)} |`);
   }
   md.push('');
 }
@@ -89,47 +126,56 @@ loadTable('Fan-out at half the saturation rate (1,000 subscribers)', 'halfsat',
   'Each system at half the publish rate it reached in its own saturation run at 1,000 subscribers (see the rate column).');
 loadTable('Many streams', 'streams', 'Each subscriber listens to one stream; the publisher round-robins over all streams.');
 
-const slow = rows.filter((r) => r.scenario === 'slow')
-  .sort((a, b) => ((SYS_ORDER[a.system] ?? 9) - (SYS_ORDER[b.system] ?? 9)) || ((a.stalled || 0) - (b.stalled || 0)));
+const slowRuns = rows.filter((r) => r.scenario === 'slow');
+const slow = groupRuns(slowRuns, loadKey)
+  .sort((a, b) => ((SYS_ORDER[a[0].system] ?? 9) - (SYS_ORDER[b[0].system] ?? 9)) || ((a[0].stalled || 0) - (b[0].stalled || 0)));
 if (slow.length) {
   md.push('## Slow clients (live subscribers beside clients that stop reading)');
   md.push('');
   md.push('Stalled clients read their first event, then never read again (4 KiB receive buffer). ' +
-    '"p99 vs none" is the live subscribers\' p99 over the same system\'s run without stalled clients; ' +
+    '"p99 vs none" is the live subscribers\' p99 over the same system\'s run without stalled clients (of the same round); ' +
     '"server memory" is the RSS of the serving processes with every connection up and nothing published → its peak while publishing and draining; ' +
     '"growth per stalled client" is that rise less the rise of the run without stalled clients, per stalled client; ' +
     '"stalled connected at end" counts stalled clients still connected when the run ended (not disconnected by the server).');
   md.push('');
-  md.push('| system | stalled (up) | live subscribers | payload B | published msg/s | live deliveries/s | live p50 ms | live p99 ms | live max ms | live lost | dups | p99 vs none | server memory MB | growth per stalled client kB | stalled connected at end | status |');
-  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
-  for (const r of slow) {
-    const { c, p, lat, loss } = parts(r);
-    const base = slow.find((b) => b.system === r.system && !b.stalled);
-    const bl = base && base.client && base.client.latency_us;
-    const ratio = r.stalled && bl && bl.p99 && lat.p99 ? fmt(lat.p99 / bl.p99, 2) + '×' : '–';
-    const rise = (x) => (x && x.server_peak_rss_kb && x.rss_before_kb ? x.server_peak_rss_kb - x.rss_before_kb : undefined);
-    const growth = r.stalled && rise(r) !== undefined && rise(base) !== undefined
-      ? fmt((rise(r) - rise(base)) / r.stalled, 1) : '–';
-    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.stalled || 0)}${r.stalled ? ` (${fmt(r.stalled_up)})` : ''} | ${fmt(r.conns)} | ${fmt(r.pad)} | ` +
-      `${fmt(p.rate_achieved)} | ${fmt(c.deliveries_per_s)} | ${ms(lat.p50)} | ${ms(lat.p99)} | ${ms(lat.max)} | ` +
-      `${fmt(loss.missing_in_gaps)} | ${fmt(loss.duplicates_total)} | ${ratio} | ${mb(r.rss_before_kb)} → ${mb(r.server_peak_rss_kb)} | ${growth} | ` +
-      `${r.established_at_end === undefined ? '–' : fmt(r.established_at_end)} | ${r.status || '?'} |`);
+  md.push('| system | stalled (up) | live subscribers | runs | payload B | published msg/s | live deliveries/s | live p50 ms | live p99 ms | live max ms | live lost | dups | p99 vs none | server memory MB | growth per stalled client kB | stalled connected at end | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  const rise = (x) => (x && x.server_peak_rss_kb && x.rss_before_kb ? x.server_peak_rss_kb - x.rss_before_kb : undefined);
+  for (const g of slow) {
+    const r = g[0];
+    const baseRuns = slow.find((b) => b[0].system === r.system && !b[0].stalled) || [];
+    const a = (f) => agg(g, (x) => f(parts(x)));
+    const p99 = (x) => (x && x.client && x.client.latency_us && x.client.latency_us.count ? x.client.latency_us.p99 : undefined);
+    // against the run without stalled clients of the same round
+    const ratio = agg(g, (x) => { const b = sameRound(baseRuns, x.round); return p99(b) && p99(x) ? p99(x) / p99(b) : undefined; });
+    const growth = agg(g, (x) => { const b = sameRound(baseRuns, x.round); return rise(x) !== undefined && rise(b) !== undefined ? (rise(x) - rise(b)) / x.stalled : undefined; });
+    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(r.stalled || 0)}${r.stalled ? ` (${mid(agg(g, (x) => x.stalled_up), fmt)})` : ''} | ${fmt(r.conns)} | ${g.length} | ${fmt(r.pad)} | ` +
+      `${mid(a((q) => q.p.rate_achieved), fmt)} | ${withRange(a((q) => q.c.deliveries_per_s), fmt)} | ` +
+      `${withRange(a((q) => q.lat.p50), ms)} | ${withRange(a((q) => q.lat.p99), ms)} | ${mid(a((q) => q.lat.max), ms)} | ` +
+      `${worst(a((q) => q.loss.missing_in_gaps), fmt)} | ${worst(a((q) => q.loss.duplicates_total), fmt)} | ` +
+      `${r.stalled ? withRange(ratio, (v) => fmt(v, 2) + '×') : '–'} | ` +
+      `${mid(agg(g, (x) => x.rss_before_kb), mb)} → ${mid(agg(g, (x) => x.server_peak_rss_kb), mb)} | ` +
+      `${r.stalled ? withRange(growth, (v) => fmt(v, 1)) : '–'} | ` +
+      `${r.established_at_end === undefined ? '–' : mid(agg(g, (x) => x.established_at_end), fmt)} | ${statusOf(g)} |`);
   }
   md.push('');
 }
 
-const idle = rows.filter((r) => r.scenario === 'idle').sort(bySys);
+const idle = groupRuns(rows.filter((r) => r.scenario === 'idle'), loadKey).sort((a, b) => bySys(a[0], b[0]));
 if (idle.length) {
   md.push('## Idle connections (memory per connection)');
   md.push('');
-  md.push('| system | held | RSS before → after MB | PSS before → after MB | per connection RSS / PSS kB | server CPU s while held | status |');
-  md.push('|---|---:|---:|---:|---:|---:|---|');
-  for (const r of idle) {
-    const held = r.connections_held || 0;
-    const per = (a, b) => (held ? fmt((b - a) / held, 1) : '–');
-    md.push(`| ${SYS_NAME[r.system] || r.system} | ${fmt(held)} of ${fmt(r.conns)} | ${mb(r.rss_before_kb)} → ${mb(r.rss_after_kb)} | ` +
-      `${mb(r.pss_before_kb)} → ${mb(r.pss_after_kb)} | ${per(r.rss_before_kb, r.rss_after_kb)} / ${per(r.pss_before_kb, r.pss_after_kb)} | ` +
-      `${fmt(r.server_cpu_s, 2)} | ${r.status} |`);
+  md.push('| system | held | runs | RSS before → after MB | PSS before → after MB | per connection RSS / PSS kB | server CPU s while held | status |');
+  md.push('|---|---:|---:|---:|---:|---:|---:|---|');
+  for (const g of idle) {
+    const r = g[0];
+    const per = (k0, k1) => agg(g, (x) => (x.connections_held ? (x[k1] - x[k0]) / x.connections_held : undefined));
+    const one = (v) => fmt(v, 1);
+    md.push(`| ${SYS_NAME[r.system] || r.system} | ${mid(agg(g, (x) => x.connections_held || 0), fmt)} of ${fmt(r.conns)} | ${g.length} | ` +
+      `${mid(agg(g, (x) => x.rss_before_kb), mb)} → ${mid(agg(g, (x) => x.rss_after_kb), mb)} | ` +
+      `${mid(agg(g, (x) => x.pss_before_kb), mb)} → ${mid(agg(g, (x) => x.pss_after_kb), mb)} | ` +
+      `${withRange(per('rss_before_kb', 'rss_after_kb'), one)} / ${withRange(per('pss_before_kb', 'pss_after_kb'), one)} | ` +
+      `${mid(agg(g, (x) => x.server_cpu_s), (v) => fmt(v, 2))} | ${statusOf(g)} |`);
   }
   md.push('');
 }
@@ -150,7 +196,6 @@ if (prod.length) {
     pgbus_hook: 'INSERT, table attached to pgbus_stream',
     notify_trigger: 'INSERT + row trigger pg_notify',
   };
-  const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n ? (n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) : undefined; };
   const groups = new Map();
   for (const r of prod) {
     const k = `${r.clients}|${r.synchronous_commit || 'on'}|${r.variant}`;
@@ -173,7 +218,7 @@ if (prod.length) {
     const wcpu = median(g.map((r) => r.workers_cpu_s ?? 0));
     // PostgreSQL CPU per committed INSERT, every PostgreSQL process included
     const us = median(g.map((r) => (r.tps ? (1e6 * r.server_cpu_s) / (r.tps * r.duration_s) : 0)));
-    const st = g.every((r) => r.status === 'ok') ? 'ok' : g.map((r) => r.status).filter((s) => s !== 'ok').join(',');
+    const st = statusOf(g);
     md.push(`| ${VAR[variant] || variant} | ${clients} | ${sc} | ${g.length} | ${fmt(median(tps))} [${fmt(Math.min(...tps))}–${fmt(Math.max(...tps))}] | ` +
       `${fmt(median(g.map((r) => r.latency_avg_ms)), 3)} | ${pct(cpu, g[0].duration_s)} | ${pct(wcpu, g[0].duration_s)} | ${fmt(us, 1)} | ${rel} | ${st} |`);
   }
@@ -197,12 +242,14 @@ if (gp.status !== 0) {
   console.error('report: gnuplot not installed, no plots');
   process.exit(0);
 }
-const series = {};   // mode -> system -> [[n, dps, p50ms, p99ms]]
-for (const r of rows) {
-  if ((r.scenario !== 'fanout' && r.scenario !== 'saturation') || !r.client || r.status !== 'ok') continue;
-  const c = r.client;
-  if (!c.deliveries_per_s) continue;
-  ((series[r.scenario] ||= {})[r.system] ||= []).push([r.conns, c.deliveries_per_s, c.latency_us.p50 / 1000, c.latency_us.p99 / 1000]);
+const series = {};   // mode -> system -> [[n, dps, p50ms, p99ms]], medians over the rounds
+const plotted = rows.filter((r) => (r.scenario === 'fanout' || r.scenario === 'saturation') && r.client && r.status === 'ok' &&
+  r.client.deliveries_per_s && r.client.latency_us && r.client.latency_us.count);
+for (const g of groupRuns(plotted, loadKey)) {
+  const r = g[0];
+  const m = (f) => agg(g, f).m;
+  ((series[r.scenario] ||= {})[r.system] ||= []).push([r.conns, m((x) => x.client.deliveries_per_s),
+    m((x) => x.client.latency_us.p50 / 1000), m((x) => x.client.latency_us.p99 / 1000)]);
 }
 const plotDir = path.join(dir, 'plot');
 fs.mkdirSync(plotDir, { recursive: true });
