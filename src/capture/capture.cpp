@@ -290,7 +290,7 @@ void reset_tx() {
 }
 
 // Wakes the workers that have a connection on a stream this transaction
-// wrote to, and any worker that has fallen a quarter of the ring behind (so
+// wrote to that may take its rows live (StreamEntry::wake_workers), and any worker that has fallen a quarter of the ring behind (so
 // that it is never lapped for want of a wake-up); every worker when the
 // catalog changed or events had to bypass the ring. A worker without
 // subscribers is thus not woken on every commit, nor one that reads the ring
@@ -301,7 +301,7 @@ void wake_workers(bool all) {
   pg_memory_barrier(); // the ring write is visible before the masks are read
   if (!all)
     for (int i = 0; i < tx.nstreams; i++)
-      mask |= pg_atomic_read_u32(&tx.streams[i].entry->subscriber_workers);
+      mask |= pg_atomic_read_u32(&tx.streams[i].entry->wake_workers);
   const uint64 head = pg_atomic_read_u64(&s->ring_head);
   for (int i = 0; i < shmem::kMaxWorkers; i++) {
     Latch *l = s->worker_latch[i];

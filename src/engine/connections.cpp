@@ -291,6 +291,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
       watched_.push_back(s.st);
       obs_.watched(s.st->handle, true);
     }
+    set_wake(*s.st, true); // until its rows show that nobody here is in step
     s.st->conns.push_back(conn);
     obs_.subscribers(s.st->handle, 1);
     heat(*s.st); // a new subscription syncs when the horizon next moves
@@ -330,6 +331,7 @@ void Engine::closed(uint64_t conn_id) {
     if (v.empty()) {
       watched_.erase(std::remove(watched_.begin(), watched_.end(), s.st), watched_.end());
       obs_.watched(s.st->handle, false);
+      set_wake(*s.st, false);
       idle(*s.st); // released after the linger (lifetime.cpp)
     }
   }

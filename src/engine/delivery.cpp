@@ -318,6 +318,8 @@ bool Engine::page(Connection &c, size_t k) {
   sub.paging = false;
   sub.pos.advance(st.pos.horizon);
   sub.synced = sub.pos == st.pos;
+  if (sub.synced)
+    set_wake(st, true);
   return true;
 }
 

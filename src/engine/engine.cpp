@@ -314,6 +314,7 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
 
 void Engine::round(std::vector<ring::Event> &events, bool complete, const HorizonBounds &bounds) {
   round_no_++;
+  live_events_ = 0;
   // The streams bounded now are visited now: each is hot again only if its
   // rows come in this round's drain (bounded before it) or a floor or a loss
   // needs another visit (advance_horizons). While frozen nothing moves, so
@@ -403,8 +404,14 @@ void Engine::dispatch(Stream &st, const Row &row) {
         wants_frame = !c.multi && c.subscriber.empty(); // deliver()'s fast path, rides()
       }
   }
-  if (synced)
+  // Nobody here in step: this stream's commits need not wake the worker
+  // (paging reads them when the sockets drain). Someone in step without the
+  // wake (a path that missed set_wake) gets it back with this row.
+  set_wake(st, synced);
+  if (synced) {
+    live_events_++;
     st.pos_before = st.pos; // what a synced subscription falls back to when this row waits
+  }
   st.pos.add(row.msg_id);
   st.token_stale = true;
   auto body = encode_body(row);
@@ -456,6 +463,31 @@ void Engine::dispatch(Stream &st, const Row &row) {
   batching_ = &st;
   if (st.batch.size() >= kBatchRows || st.batch_bytes >= cfg_.queue_max_bytes)
     flush_batch();
+}
+
+// Producers wake this process for the stream's commits only while one of
+// its subscriptions may take them live. While every one pages (behind a
+// full socket, say) the commits wait in the ring until the worker wakes for
+// its sockets, its timers, another stream or a ring filling up; paging
+// reads what they added. On again as soon as a subscription is in step.
+void Engine::set_wake(Stream &st, bool on) {
+  if (st.wake_on == on)
+    return;
+  st.wake_on = on;
+  obs_.wake(st.handle, on);
+}
+
+std::vector<void *> Engine::in_step_handles() const {
+  std::vector<void *> out;
+  for (const auto &[id, st] : streams_) {
+    bool in_step = st->riders > 0;
+    for (const Connection *c : st->conns)
+      for (const Sub &s : c->subs)
+        in_step |= s.st == st.get() && s.synced;
+    if (in_step)
+      out.push_back(st->handle);
+  }
+  return out;
 }
 
 // A committed row the source could not read now (the read failed): the
@@ -573,8 +605,10 @@ void Engine::advance_horizons(const HorizonBounds &b) {
           continue;
         }
         sub.pos.advance(h);
-        if (sub.pos == st->pos)
+        if (sub.pos == st->pos) {
           sub.synced = true;
+          set_wake(*st, true);
+        }
       }
   }
 }

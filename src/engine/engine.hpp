@@ -180,6 +180,12 @@ public:
   // Memory the engine holds for tails and ephemeral retention (bytes, approximate).
   size_t retained_bytes() const;
   size_t tail_rows() const; // rows in the streams' tails
+  // The handles of the streams with a subscription in step (the simulator
+  // checks that producers wake this process for each of them).
+  std::vector<void *> in_step_handles() const;
+  // Ring events of the last round that a subscription in step took: the
+  // worker reads the ring on a timer only while these come fast.
+  size_t live_events() const { return live_events_; }
 
 private:
   friend struct Delivery;
@@ -202,6 +208,7 @@ private:
   void drop_stream(int64_t id, const char *reason);
   size_t dispatch_slice(std::vector<ring::Event> &events, size_t begin);
   void dispatch(Stream &st, const Row &row);
+  void set_wake(Stream &st, bool on);
   bool rides(const Connection &c, const Sub &sub) const;
   bool fits(const Connection &c, size_t events, size_t bytes) const;
   void flush_batch();
@@ -270,6 +277,7 @@ private:
   uint64_t history_lost_ = 0;
   StreamDelta batch_;
   Counters counters_;
+  size_t live_events_ = 0;
   // Names the catalog did not have (bounded, oldest forgotten first).
   std::unordered_set<std::string> unknown_;
   std::deque<std::string> unknown_order_;

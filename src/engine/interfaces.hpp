@@ -152,8 +152,14 @@ public:
   virtual bool ephemeral_forgotten() { return false; }
   virtual void stream_figures(void *stream, const StreamDelta &d) = 0;
   virtual void subscribers(void *stream, int delta) = 0;
-  // This process has (or no longer has) a connection on the stream: producers wake it.
+  // This process has (or no longer has) a connection on the stream: its
+  // producers copy the rows' payloads into the ring.
   virtual void watched(void *stream, bool on) = 0;
+  // Producers wake this process for the stream's commits (on), or leave
+  // them in the ring until it wakes for something else (off: every
+  // subscription of the stream here pages). After `on` the process drains
+  // the ring once more: commits that came before it missed the wake.
+  virtual void wake(void *stream, bool on) = 0;
   virtual void horizon(void *stream, int64_t horizon) = 0;
   virtual void retention_removed(void *stream, int64_t rows) = 0;
   virtual void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,

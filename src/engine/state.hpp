@@ -56,6 +56,9 @@ struct Stream {
   mutable std::string token;       // pos encoded (see Engine::token_of)
   mutable bool token_stale = true; // pos changed since token was encoded
   std::vector<Connection *> conns;
+  // Observer::wake is on: some subscription here may take its rows live
+  // (Engine::set_wake). Off only while it has connections, all paging.
+  bool wake_on = false;
   int64_t published_horizon = 0;
   // Recent ephemeral broadcasts (memory_retention), and the ids of those no
   // longer held (every evicted id not listed is <= evicted_floor).

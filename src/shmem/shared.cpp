@@ -159,6 +159,7 @@ void shmem_startup() {
       pg_atomic_init_u64(&s->streams[i].max_committed, 0);
       pg_atomic_init_u64(&s->streams[i].events, 0);
       pg_atomic_init_u32(&s->streams[i].subscriber_workers, 0);
+      pg_atomic_init_u32(&s->streams[i].wake_workers, 0);
       pg_atomic_init_u64(&s->streams[i].holds, 0);
       pg_atomic_init_u64(&s->streams[i].ephemeral_seq, 0);
       pg_atomic_init_u32(&s->streams[i].hold_active, 0);
@@ -281,6 +282,7 @@ StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder) {
       pg_atomic_write_u64(&e->max_committed, 0);
       pg_atomic_write_u64(&e->events, 0);
       pg_atomic_write_u32(&e->subscriber_workers, 0);
+      pg_atomic_write_u32(&e->wake_workers, 0);
       pg_atomic_write_u64(&e->ephemeral_seq, 0);
       pg_atomic_write_u32(&e->hold_active, 0); // unheld: nobody reads it meanwhile
       init_stream_stats(&e->stats);
@@ -349,6 +351,7 @@ void clear_subscriber_bits(int w) {
   pg_atomic_write_u32(&s->worker_polling[w], 0); // a previous process may have left it set
   for (int i = 0; i < s->max_streams; i++) {
     pg_atomic_fetch_and_u32(&s->streams[i].subscriber_workers, ~(1u << w));
+    pg_atomic_fetch_and_u32(&s->streams[i].wake_workers, ~(1u << w));
     unhold_worker(&s->streams[i], w);
   }
 }

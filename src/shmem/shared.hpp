@@ -52,8 +52,12 @@ struct StreamEntry {
   pg_atomic_uint64 max_committed; // highest msg_id whose commit reached the ring
   pg_atomic_uint64 events;        // committed events seen at commit (stats)
   // Bit w set while worker w has a connection on this stream: a committing
-  // producer wakes only those workers (and any worker lagging in the ring).
+  // producer copies the rows' payloads into the ring for them.
   pg_atomic_uint32 subscriber_workers;
+  // Bit w set while worker w has a connection on this stream that may take
+  // its rows live (not all of them page): a committing producer wakes only
+  // those workers (and any worker lagging in the ring).
+  pg_atomic_uint32 wake_workers;
   // Who holds the entry: bit w (w < 32) for worker w, and the number of
   // producer transactions above bit 32. One word, so that the moment the
   // entry becomes held or unheld is exact (Shared::streams_held).

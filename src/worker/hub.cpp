@@ -121,10 +121,8 @@ void ShmemObserver::subscribers(void *stream, int delta) {
   }
 }
 
-// Producers wake this worker for a stream only while the bit is set (see
-// StreamEntry::subscriber_workers). Setting it is a full barrier; the worker
-// drains the ring after it (it sets its own latch after subscribing), so a
-// commit that missed the bit is still picked up at once.
+// Producers copy payloads into the ring for a stream only while some bit is
+// set (StreamEntry::subscriber_workers).
 void ShmemObserver::watched(void *stream, bool on) {
   shmem::StreamEntry *e = entry(stream);
   if (!e)
@@ -133,6 +131,22 @@ void ShmemObserver::watched(void *stream, bool on) {
     pg_atomic_fetch_or_u32(&e->subscriber_workers, 1u << worker_index_);
   else
     pg_atomic_fetch_and_u32(&e->subscriber_workers, ~(1u << worker_index_));
+}
+
+// Producers wake this worker for a stream only while the bit is set (see
+// StreamEntry::wake_workers). Setting it is a full barrier, and the latch
+// makes the worker drain the ring after it, so a commit that missed the bit
+// is still picked up at once.
+void ShmemObserver::wake(void *stream, bool on) {
+  shmem::StreamEntry *e = entry(stream);
+  if (!e)
+    return;
+  if (on) {
+    pg_atomic_fetch_or_u32(&e->wake_workers, 1u << worker_index_);
+    SetLatch(MyLatch);
+  } else {
+    pg_atomic_fetch_and_u32(&e->wake_workers, ~(1u << worker_index_));
+  }
 }
 
 void ShmemObserver::horizon(void *stream, int64_t horizon) {
@@ -233,8 +247,10 @@ void Hub::cycle(bool full) {
   events_.clear();
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
-  ring_poll_ms_ = reader_.after_drain(worker_index_, events_.size(), now_us);
   engine_.round(events_, complete, bounds_);
+  // Only rows a subscription in step took keep the ring on a timer: a worker
+  // whose connections all page is woken for its sockets, not polled.
+  ring_poll_ms_ = reader_.after_drain(worker_index_, engine_.live_events(), now_us);
   shmem::streams_relieved(); // the round released what it could
   if (engine_.pending_count() > 0) {
     const size_t waiting = engine_.pending_count();

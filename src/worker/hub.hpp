@@ -54,6 +54,7 @@ public:
   void stream_figures(void *stream, const engine::StreamDelta &d) override;
   void subscribers(void *stream, int delta) override;
   void watched(void *stream, bool on) override;
+  void wake(void *stream, bool on) override;
   void horizon(void *stream, int64_t horizon) override;
   void retention_removed(void *stream, int64_t rows) override;
   void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,

@@ -146,6 +146,19 @@ void Obs::release_stream(void *stream) {
   const int64_t id = (int64_t) reinterpret_cast<intptr_t>(stream);
   if (!held_.erase(id))
     w_.fail("stream " + std::to_string(id) + " released but not held");
+  if (woken_.count(stream)) // the worker's bit would stay on the reused entry
+    w_.fail("stream " + std::to_string(id) + " released while producers wake for it");
+}
+
+void Obs::wake(void *stream, bool on) {
+  const int64_t id = (int64_t) reinterpret_cast<intptr_t>(stream);
+  if (!held_.count(id))
+    w_.fail("wake " + std::string(on ? "on" : "off") + " for stream " + std::to_string(id) +
+            ", which is not held");
+  if (on)
+    woken_.insert(stream);
+  else
+    woken_.erase(stream);
 }
 
 uint64_t Obs::ephemeral_seq(void *stream) {

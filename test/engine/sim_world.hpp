@@ -173,6 +173,8 @@ public:
   void stream_figures(void *, const engine::StreamDelta &) override {}
   void subscribers(void *, int) override {}
   void watched(void *, bool) override {}
+  void wake(void *stream, bool on) override;
+  bool wakes(void *stream) const { return woken_.count(stream) != 0; }
   void horizon(void *, int64_t) override {}
   void retention_removed(void *, int64_t) override {}
   void diagnostic(uint64_t, const char *, const std::string &, const std::string &) override {}
@@ -180,6 +182,7 @@ public:
 private:
   World &w_;
   std::set<int64_t> held_;
+  std::set<void *> woken_; // the engine asked producers to wake it for these
 };
 
 class World {
