@@ -1,0 +1,12 @@
+set terminal pngcairo noenhanced size 600,520 font 'sans,10'
+set output '/tmp/lat_n10/throughput.png'
+set multiplot layout 1,1
+set logscale xy
+set xlabel 'subscribers'
+set ylabel 'deliveries/s'
+set grid
+set key below
+set title 'fixed rate 1000 msg/s'
+plot '/tmp/lat_n10/plot/fanout_pgbus.dat' using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' title 'pgbus_stream', \
+     '/tmp/lat_n10/plot/fanout_nchan.dat' using 1:2 with linespoints lw 2 pt 7 lc rgb '#2ca02c' title 'nginx+nchan'
+unset multiplot
