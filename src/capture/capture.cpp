@@ -290,7 +290,8 @@ void reset_tx() {
 }
 
 // Wakes the workers that have a connection on a stream this transaction
-// wrote to that may take its rows live (StreamEntry::wake_workers), and any worker that has fallen a quarter of the ring behind (so
+// wrote to that takes its rows live (StreamEntry::wake_workers), and any
+// worker that has fallen a quarter of the ring behind (so
 // that it is never lapped for want of a wake-up); every worker when the
 // catalog changed or events had to bypass the ring. A worker without
 // subscribers is thus not woken on every commit, nor one that reads the ring

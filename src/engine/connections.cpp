@@ -291,7 +291,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
       watched_.push_back(s.st);
       obs_.watched(s.st->handle, true);
     }
-    set_wake(*s.st, true); // until its rows show that nobody here is in step
+    set_wake(*s.st, true); // until its rows show that every subscription here pages
     s.st->conns.push_back(conn);
     obs_.subscribers(s.st->handle, 1);
     heat(*s.st); // a new subscription syncs when the horizon next moves

@@ -318,8 +318,7 @@ bool Engine::page(Connection &c, size_t k) {
   sub.paging = false;
   sub.pos.advance(st.pos.horizon);
   sub.synced = sub.pos == st.pos;
-  if (sub.synced)
-    set_wake(st, true);
+  set_wake(st, true); // live from here: producers wake the worker for it again
   return true;
 }
 

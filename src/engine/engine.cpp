@@ -393,25 +393,30 @@ void Engine::dispatch(Stream &st, const Row &row) {
   // Only a subscription in step with the stream uses the position before
   // this row (when the row waits) and the shared frame: with none (every
   // connection pages, e.g. it stopped reading) neither is built. The scan
-  // stops at the first such subscription, and without one the loop below
-  // visits every connection anyway.
-  bool synced = st.riders > 0, wants_frame = synced;
-  for (size_t i = 0; !wants_frame && i < st.conns.size(); ++i) {
+  // stops once it has found such a subscription and one that takes rows
+  // live (not paging; most often the same one), and without them the loop
+  // below visits every connection anyway.
+  bool synced = st.riders > 0, wants_frame = synced, live = synced;
+  for (size_t i = 0; !(wants_frame && live) && i < st.conns.size(); ++i) {
     const Connection &c = *st.conns[i];
-    for (const Sub &s : c.subs)
-      if (s.st == &st && s.synced) {
+    for (const Sub &s : c.subs) {
+      if (s.st != &st)
+        continue;
+      live |= !s.paging;
+      if (s.synced) {
         synced = true;
-        wants_frame = !c.multi && c.subscriber.empty(); // deliver()'s fast path, rides()
+        wants_frame |= !c.multi && c.subscriber.empty(); // deliver()'s fast path, rides()
       }
+    }
   }
-  // Nobody here in step: this stream's commits need not wake the worker
-  // (paging reads them when the sockets drain). Someone in step without the
-  // wake (a path that missed set_wake) gets it back with this row.
-  set_wake(st, synced);
-  if (synced) {
+  // Every subscription here pages: this stream's commits need not wake the
+  // worker (paging reads them when the sockets drain). A live one without
+  // the wake (a path that missed set_wake) gets it back with this row.
+  set_wake(st, live);
+  if (live)
     live_events_++;
+  if (synced)
     st.pos_before = st.pos; // what a synced subscription falls back to when this row waits
-  }
   st.pos.add(row.msg_id);
   st.token_stale = true;
   auto body = encode_body(row);
@@ -466,10 +471,10 @@ void Engine::dispatch(Stream &st, const Row &row) {
 }
 
 // Producers wake this process for the stream's commits only while one of
-// its subscriptions may take them live. While every one pages (behind a
-// full socket, say) the commits wait in the ring until the worker wakes for
-// its sockets, its timers, another stream or a ring filling up; paging
-// reads what they added. On again as soon as a subscription is in step.
+// its subscriptions takes them live (is not paging). While every one pages
+// (behind a full socket, say) the commits wait in the ring until the worker
+// wakes for its sockets, its timers, another stream or a ring filling up;
+// paging reads what they added. On again as soon as one stops paging.
 void Engine::set_wake(Stream &st, bool on) {
   if (st.wake_on == on)
     return;
@@ -477,14 +482,14 @@ void Engine::set_wake(Stream &st, bool on) {
   obs_.wake(st.handle, on);
 }
 
-std::vector<void *> Engine::in_step_handles() const {
+std::vector<void *> Engine::live_handles() const {
   std::vector<void *> out;
   for (const auto &[id, st] : streams_) {
-    bool in_step = st->riders > 0;
+    bool live = st->riders > 0;
     for (const Connection *c : st->conns)
       for (const Sub &s : c->subs)
-        in_step |= s.st == st.get() && s.synced;
-    if (in_step)
+        live |= s.st == st.get() && !s.paging;
+    if (live)
       out.push_back(st->handle);
   }
   return out;
@@ -605,10 +610,8 @@ void Engine::advance_horizons(const HorizonBounds &b) {
           continue;
         }
         sub.pos.advance(h);
-        if (sub.pos == st->pos) {
+        if (sub.pos == st->pos)
           sub.synced = true;
-          set_wake(*st, true);
-        }
       }
   }
 }

@@ -180,11 +180,12 @@ public:
   // Memory the engine holds for tails and ephemeral retention (bytes, approximate).
   size_t retained_bytes() const;
   size_t tail_rows() const; // rows in the streams' tails
-  // The handles of the streams with a subscription in step (the simulator
-  // checks that producers wake this process for each of them).
-  std::vector<void *> in_step_handles() const;
-  // Ring events of the last round that a subscription in step took: the
-  // worker reads the ring on a timer only while these come fast.
+  // The handles of the streams with a subscription that takes rows live (is
+  // not paging): the simulator checks that producers wake this process for
+  // each of them.
+  std::vector<void *> live_handles() const;
+  // Ring events of the last round that a live subscription took: the worker
+  // reads the ring on a timer only while these come fast.
   size_t live_events() const { return live_events_; }
 
 private:

@@ -57,7 +57,7 @@ struct Stream {
   mutable bool token_stale = true; // pos changed since token was encoded
   std::vector<Connection *> conns;
   // Observer::wake is on: some subscription here may take its rows live
-  // (Engine::set_wake). Off only while it has connections, all paging.
+  // (Engine::set_wake). Off while it has no connection, or all of them page.
   bool wake_on = false;
   int64_t published_horizon = 0;
   // Recent ephemeral broadcasts (memory_retention), and the ids of those no

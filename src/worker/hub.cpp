@@ -248,7 +248,7 @@ void Hub::cycle(bool full) {
   const bool complete = reader_.drain(&events_);
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
   engine_.round(events_, complete, bounds_);
-  // Only rows a subscription in step took keep the ring on a timer: a worker
+  // Only rows a live subscription took keep the ring on a timer: a worker
   // whose connections all page is woken for its sockets, not polled.
   ring_poll_ms_ = reader_.after_drain(worker_index_, engine_.live_events(), now_us);
   shmem::streams_relieved(); // the round released what it could

@@ -205,12 +205,13 @@ void World::worker_round(bool full) {
   engine_->round(events, complete, b);
   engine_->continue_paging();
   engine_->track_written();
-  // A subscription in step with its stream takes its rows live: producers
-  // must wake the worker for them (else they wait for another wake-up).
-  for (void *h : engine_->in_step_handles())
+  // A subscription that is not paging takes its stream's rows live:
+  // producers must wake the worker for them (else they wait for another
+  // wake-up).
+  for (void *h : engine_->live_handles())
     if (!obs_.wakes(h))
       return fail("stream " + std::to_string((int64_t) reinterpret_cast<intptr_t>(h)) +
-                  " has a subscription in step, but producers do not wake the worker for it");
+                  " has a live subscription, but producers do not wake the worker for it");
 }
 
 void World::connect(Client &c, bool fresh) {
