@@ -126,8 +126,7 @@ loadTable('Fan-out at half the saturation rate (1,000 subscribers)', 'halfsat',
   'Each system at half the publish rate it reached in its own saturation run at 1,000 subscribers (see the rate column).');
 loadTable('Many streams', 'streams', 'Each subscriber listens to one stream; the publisher round-robins over all streams.');
 
-const slowRuns = rows.filter((r) => r.scenario === 'slow');
-const slow = groupRuns(slowRuns, loadKey)
+const slow = groupRuns(rows.filter((r) => r.scenario === 'slow'), loadKey)
   .sort((a, b) => ((SYS_ORDER[a[0].system] ?? 9) - (SYS_ORDER[b[0].system] ?? 9)) || ((a[0].stalled || 0) - (b[0].stalled || 0)));
 if (slow.length) {
   md.push('## Slow clients (live subscribers beside clients that stop reading)');
@@ -196,12 +195,8 @@ if (prod.length) {
     pgbus_hook: 'INSERT, table attached to pgbus_stream',
     notify_trigger: 'INSERT + row trigger pg_notify',
   };
-  const groups = new Map();
-  for (const r of prod) {
-    const k = `${r.clients}|${r.synchronous_commit || 'on'}|${r.variant}`;
-    if (!groups.has(k)) groups.set(k, []);
-    groups.get(k).push(r);
-  }
+  const prodKey = (r) => `${r.clients}|${r.synchronous_commit || 'on'}|${r.variant}`;
+  const groups = new Map(groupRuns(prod, prodKey).map((g) => [prodKey(g[0]), g]));
   const keys = [...groups.keys()].sort((a, b) => {
     const [ca, sa, va] = a.split('|'), [cb, sb, vb] = b.split('|');
     return (ca - cb) || sa.localeCompare(sb) || ((order[va] ?? 9) - (order[vb] ?? 9));
@@ -211,7 +206,7 @@ if (prod.length) {
     const [clients, sc, variant] = k.split('|');
     const base = groups.get(`${clients}|${sc}|plain`) || [];
     const tps = g.map((r) => r.tps);
-    const ratios = g.map((r) => { const b = base.find((x) => (x.round ?? 1) === (r.round ?? 1)); return b && b.tps ? (100 * r.tps) / b.tps : undefined; })
+    const ratios = g.map((r) => { const b = sameRound(base, r.round); return b && b.tps ? (100 * r.tps) / b.tps : undefined; })
       .filter((x) => x !== undefined);
     const rel = ratios.length ? `${fmt(median(ratios), 0)}% [${fmt(Math.min(...ratios), 0)}–${fmt(Math.max(...ratios), 0)}]` : '–';
     const cpu = median(g.map((r) => r.server_cpu_s));

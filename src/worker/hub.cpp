@@ -121,16 +121,25 @@ void ShmemObserver::subscribers(void *stream, int delta) {
   }
 }
 
+namespace {
+// Sets or clears worker w's bit in one of a stream entry's worker masks (a
+// full barrier either way); false when the stream has no entry.
+bool set_worker_bit(void *stream, pg_atomic_uint32 shmem::StreamEntry::*mask, int w, bool on) {
+  shmem::StreamEntry *e = entry(stream);
+  if (!e)
+    return false;
+  if (on)
+    pg_atomic_fetch_or_u32(&(e->*mask), 1u << w);
+  else
+    pg_atomic_fetch_and_u32(&(e->*mask), ~(1u << w));
+  return true;
+}
+} // namespace
+
 // Producers copy payloads into the ring for a stream only while some bit is
 // set (StreamEntry::subscriber_workers).
 void ShmemObserver::watched(void *stream, bool on) {
-  shmem::StreamEntry *e = entry(stream);
-  if (!e)
-    return;
-  if (on)
-    pg_atomic_fetch_or_u32(&e->subscriber_workers, 1u << worker_index_);
-  else
-    pg_atomic_fetch_and_u32(&e->subscriber_workers, ~(1u << worker_index_));
+  set_worker_bit(stream, &shmem::StreamEntry::subscriber_workers, worker_index_, on);
 }
 
 // Producers wake this worker for a stream only while the bit is set (see
@@ -138,15 +147,8 @@ void ShmemObserver::watched(void *stream, bool on) {
 // makes the worker drain the ring after it, so a commit that missed the bit
 // is still picked up at once.
 void ShmemObserver::wake(void *stream, bool on) {
-  shmem::StreamEntry *e = entry(stream);
-  if (!e)
-    return;
-  if (on) {
-    pg_atomic_fetch_or_u32(&e->wake_workers, 1u << worker_index_);
+  if (set_worker_bit(stream, &shmem::StreamEntry::wake_workers, worker_index_, on) && on)
     SetLatch(MyLatch);
-  } else {
-    pg_atomic_fetch_and_u32(&e->wake_workers, ~(1u << worker_index_));
-  }
 }
 
 void ShmemObserver::horizon(void *stream, int64_t horizon) {
