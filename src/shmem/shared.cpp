@@ -319,6 +319,15 @@ bool held_by_worker(const StreamEntry *e, int w) {
   return (pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&e->holds)) & worker_bit(w)) != 0;
 }
 
+bool read_stream(Oid dboid, int64 stream_id, void (*fn)(StreamEntry *, void *), void *arg) {
+  LWLockAcquire(g_shared->streams_lock, LW_SHARED); // no reuse can run meanwhile
+  StreamEntry *e = find_locked(key_of(dboid, stream_id));
+  if (e)
+    fn(e, arg);
+  LWLockRelease(g_shared->streams_lock);
+  return e != nullptr;
+}
+
 void release_stream(StreamEntry *e, int holder) {
   if (e == nullptr)
     return;

@@ -226,6 +226,11 @@ constexpr int kBackend = -1;
 // starts with max_committed 0). nullptr when every entry is held.
 StreamEntry *acquire_stream(Oid dboid, int64 stream_id, int holder);
 void release_stream(StreamEntry *e, int holder);
+// Calls fn(entry, arg) on the entry of (dboid, stream_id) without holding it,
+// under the index lock held shared, so the entry is not reused meanwhile: fn
+// only reads (atomics, spinlocked figures) and never errors. False if the
+// stream has no entry.
+bool read_stream(Oid dboid, int64 stream_id, void (*fn)(StreamEntry *, void *), void *arg);
 // Entries held now, and whether so few are left (under an eighth of
 // max_streams) that the workers should release idle ones at once.
 uint32 streams_held();

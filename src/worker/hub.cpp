@@ -338,6 +338,35 @@ void Hub::prune_history() {
     engine_.prune_history(guc::stats_max_age_s);
 }
 
+namespace {
+
+struct FigureRead {
+  metrics::StreamFigures *f;
+  int64_t now_pg;
+};
+
+// The figures every worker adds to, from the stream's shared entry.
+void read_figures(shmem::StreamEntry *e, void *arg) {
+  const FigureRead *r = static_cast<const FigureRead *>(arg);
+  metrics::StreamFigures *f = r->f;
+  shmem::StreamStats *ss = &e->stats;
+  f->subscribers = (int64_t)pg_atomic_read_u64(&ss->subscribers);
+  f->emitted = (int64_t)pg_atomic_read_u64(&e->events);
+  f->delivered = (int64_t)pg_atomic_read_u64(&ss->delivered);
+  f->overflow_dropped = (int64_t)pg_atomic_read_u64(&ss->overflow_dropped);
+  f->failed = (int64_t)pg_atomic_read_u64(&ss->failed);
+  f->bytes_sent = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
+  f->newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
+  f->has_latency =
+      shmem::latency_percentiles(&ss->latency, r->now_pg, &f->latency_p50_ms, &f->latency_p99_ms);
+  uint64 buckets[shmem::kLatencyBuckets];
+  shmem::latency_totals(&ss->latency, buckets);
+  for (int b = 0; b < metrics::kLatencyBuckets; b++)
+    f->latency_buckets[b] = buckets[b];
+}
+
+} // namespace
+
 void Hub::fill_snapshot(metrics::Snapshot *out, bool include_private) const {
   const int64_t now_pg = (int64_t)GetCurrentTimestamp();
   static_assert(metrics::kLatencyBuckets == shmem::kLatencyBuckets, "same latency buckets");
@@ -348,22 +377,14 @@ void Hub::fill_snapshot(metrics::Snapshot *out, bool include_private) const {
     metrics::StreamFigures f;
     f.name = v.name;
     f.horizon = v.horizon;
-    if (shmem::StreamEntry *e = static_cast<shmem::StreamEntry *>(v.handle)) {
-      shmem::StreamStats *ss = &e->stats;
-      f.subscribers = (int64_t)pg_atomic_read_u64(&ss->subscribers);
-      f.emitted = (int64_t)pg_atomic_read_u64(&e->events);
-      f.delivered = (int64_t)pg_atomic_read_u64(&ss->delivered);
-      f.overflow_dropped = (int64_t)pg_atomic_read_u64(&ss->overflow_dropped);
-      f.failed = (int64_t)pg_atomic_read_u64(&ss->failed);
-      f.bytes_sent = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
-      f.newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
-      f.has_latency =
-          shmem::latency_percentiles(&ss->latency, now_pg, &f.latency_p50_ms, &f.latency_p99_ms);
-      uint64 buckets[shmem::kLatencyBuckets];
-      shmem::latency_totals(&ss->latency, buckets);
-      for (int b = 0; b < metrics::kLatencyBuckets; b++)
-        f.latency_buckets[b] = buckets[b];
-    }
+    FigureRead r{&f, now_pg};
+    // A stream this worker has no connection on (and so holds no entry for)
+    // still has the figures the other workers wrote: the scrape may be
+    // answered by any worker.
+    if (shmem::StreamEntry *e = static_cast<shmem::StreamEntry *>(v.handle))
+      read_figures(e, &r);
+    else
+      shmem::read_stream(dboid_, v.id, read_figures, &r);
     out->streams.push_back(std::move(f));
   }
   std::sort(out->streams.begin(), out->streams.end(),

@@ -377,7 +377,9 @@ $pg->finish;
 
 # ---- two workers: every scrape shows the figures of both ----
 
-$pg = PgbusNode->new('two_workers', conf => "pgbus_stream.workers = 2\n");
+# stream_linger short: a worker whose last connection on a stream closed
+# lets go of the stream's entry within half a second (checked below).
+$pg = PgbusNode->new('two_workers', conf => "pgbus_stream.workers = 2\npgbus_stream.stream_linger = 500ms\n");
 is(scalar($pg->wait_workers(2)), 2, 'two workers run');
 $pg->create_stream($STREAM);
 my $M2 = 6;
@@ -417,6 +419,44 @@ for my $i (1 .. 8)
 	is(prom_value($d, 'pgbus_stream_connections'), $M2, "scrape $i (worker $w): connections of both workers");
 }
 note('scrapes answered by worker(s) ' . join(', ', map { "$_ x$answered{$_}" } sort keys %answered));
+
+# A scrape goes to whichever worker accepts it, also one with no connection
+# on the stream (which holds no entry for it): the stream's figures are
+# still those of all workers. Worker X is the one with fewer connections;
+# its connections close, and once it has let go of the stream's entry,
+# scrapes run until X answers one.
+my %worker_of = map { split /\|/ } split /\n/,
+  $pg->safe_psql('postgres', "SELECT split_part(remote_addr, ':', 2), worker FROM pgbus_stream.connections() "
+	  . "WHERE streams = '$STREAM'");
+my %count = (0 => 0, 1 => 0);
+$count{ $worker_of{ $_->{sock}->sockport } // '' }++ for @subs;
+my $x = $count{0} <= $count{1} ? 0 : 1;
+my @x_subs = grep { ($worker_of{ $_->{sock}->sockport } // -1) == $x } @subs;
+@subs = grep { ($worker_of{ $_->{sock}->sockport } // -1) != $x } @subs;
+$_->close for @x_subs;
+note(sprintf('worker %d: %d connection(s) closed, %d left on worker %d', $x, scalar @x_subs, scalar @subs, 1 - $x));
+ok( wait_for(
+		sub {
+			$pg->safe_psql('postgres', "SELECT streams FROM pgbus_stream.workers() WHERE worker = $x") eq '0';
+		},
+		10),
+	"worker $x holds no stream entry once its connections are gone");
+my $x_doc;
+for (1 .. 60)
+{
+	my $d = metrics();
+	my ($w) = map { $_->{labels}{worker} } @{ $d->{families}{pgbus_stream_up}{samples} };
+	if ($w == $x)
+	{
+		$x_doc = $d;
+		last;
+	}
+}
+ok($x_doc, "worker $x answered one of at most 60 scrapes");
+is($x_doc && prom_value($x_doc, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
+	$after->{delivered}, "scrape of worker $x, with no connection on the stream: delivered equals stats()");
+is($x_doc && prom_value($x_doc, 'pgbus_stream_stream_emitted_total', stream => $STREAM),
+	stats_row()->{emitted}, "... and emitted too");
 
 $_->close for @subs;
 $pg->finish;

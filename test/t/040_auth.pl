@@ -197,10 +197,10 @@ like($tok_chat, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'sign_token mints a compact JWT');
 	my $e = open_with('/streams/chat', headers => { Authorization => "Bearer $expired" });
 	like($e->body, qr/token: expired/, 'a private stream refuses it saying why');
 	$e->close;
-	my $c = open_with('/streams/chat', headers => { Cookie => "pgbus_token=$expired" });
-	is($c->status, 401, 'an expired cookie on a private stream: 401');
-	like($c->body, qr/token cookie: token: expired/, '... saying why');
-	$c->close;
+	my $k = open_with('/streams/chat', headers => { Cookie => "pgbus_token=$expired" });
+	is($k->status, 401, 'an expired cookie on a private stream: 401');
+	like($k->body, qr/token cookie: token: expired/, '... saying why');
+	$k->close;
 	is(status_of('/streams/chat', headers => { Authorization => 'Bearer ' . ('x' x 9000) }), 401,
 		'oversized token: 401');
 }
