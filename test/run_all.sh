@@ -378,6 +378,9 @@ stage_logs() {
 		f=$REPO/test/browser/output/postgres.log
 		[ -f "$f" ] || { echo "FAIL: the browser stage ran but left no server log ($f)"; return 1; }
 		logs+=("$f")
+		# The hot standby of 08-edge (its test copies the log when it stops it).
+		f=$REPO/test/browser/output/standby.log
+		[ -f "$f" ] && logs+=("$f")
 	fi
 	if [ ${#logs[@]} -eq 0 ]; then
 		echo "no server log found (check directory: $CHECK_DIR)"

@@ -12,6 +12,7 @@
 #include "engine/interfaces.hpp"
 #include "shmem/ring_record.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -123,6 +124,15 @@ public:
   // stream is loaded but not bounded yet: run a full round, then call again.
   bool settle_pending();
   size_t pending_count() const { return pending_subs_; }
+  // How soon the next round must run for streams without connections here
+  // to go dormant once their linger is over (release_idle checks at this
+  // cadence); -1 when none waits. A worker with no connections left is not
+  // woken otherwise, and would hold their entries indefinitely.
+  long release_check_ms() const {
+    if (idle_.empty())
+      return -1;
+    return (long)std::max<int64_t>(1, std::min<int64_t>(100 * 1000, cfg_.stream_linger_us) / 1000);
+  }
   // Connections whose waiting subscriptions started since the last call.
   std::vector<uint64_t> take_born() { return std::exchange(born_conns_, {}); }
   // The streams whose horizon bounds the next round needs (every stream when

@@ -107,6 +107,7 @@ public:
   bool replays_pending() const { return engine_.paging_pending(); }
   // Longest wait before the next cycle (-1: until woken; RingReader::after_drain).
   long ring_poll_ms() const { return ring_poll_ms_; }
+  long release_check_ms() const { return engine_.release_check_ms(); }
   void track_written() { engine_.track_written(); }
   void flush_cursors() { engine_.flush_cursors(); }
   void apply_retention() { engine_.apply_retention(); }

@@ -363,6 +363,9 @@ int run() {
                           // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
+    if (const long release = hub.release_check_ms();
+        release >= 0 && (timeout < 0 || timeout > release))
+      timeout = release; // streams left by their last connection here go dormant after their linger
     if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
       timeout = 100; // floors of aborted transactions are swept while any are held
     if (const long poll = hub.ring_poll_ms();

@@ -14,7 +14,8 @@
 #   - stopped with "pgbus_stream: worker stopped:" (a C++ exception caught
 #     at the worker's entry point),
 # or when it is a FATAL or PANIC line of the extension (one that names
-# pgbus), or any PANIC.
+# pgbus other than inside a path, such as the socket directory of a
+# standby's failed connection to its stopped primary), or any PANIC.
 # A line that contains one of the @announced fixed strings is no problem:
 # tests announce the kills and stops they cause (PgbusNode::expect_kill,
 # expect_exit). Exits are expected from "received ... shutdown request" until
@@ -49,7 +50,7 @@ sub problems
 		if ($l =~ /terminated by signal/
 			|| ($l =~ /exited with exit code [1-9]/ && !$stopping)
 			|| $l =~ /pgbus_stream: worker stopped:/
-			|| ($l =~ /\b(?:FATAL|PANIC):/ && $l =~ /pgbus/)
+			|| ($l =~ /\b(?:FATAL|PANIC):/ && $l =~ m{(?<![/\w.-])pgbus})
 			|| $l =~ /\bPANIC:/)
 		{
 			push @bad, $l;

@@ -36,6 +36,11 @@ my @cases = (
 	  "$w (PID 15) exited with exit code 1" ],
 	[ 'a FATAL line of the extension', [], 1, $ready, 'FATAL:  pgbus_stream: cannot attach to shared memory' ],
 	[ 'a FATAL line of a client', [], 0, $ready, 'FATAL:  terminating connection due to administrator command' ],
+	[ 'a FATAL line of the extension\'s worker', [], 1, $ready,
+	  'FATAL:  terminating background worker "pgbus_stream worker" due to administrator command' ],
+	[ 'a FATAL line that names pgbus only in a path', [], 0, $ready,
+	  'FATAL:  could not connect to the primary server: connection to server on socket '
+	  . '"/tmp/pgbus-browser.6V9CyT/.s.PGSQL.24471" failed: No such file or directory' ],
 	[ 'a PANIC', [], 1, $ready, 'PANIC:  could not write to file "pg_wal/xlogtemp.1"' ],
 	[ 'exit code 0', [], 0, $ready, "$w (PID 11) exited with exit code 0" ],
 );
