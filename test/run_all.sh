@@ -318,13 +318,32 @@ stage_tap() {
 	(cd "$CHECK_DIR/tap" && as_test_user env \
 		PATH="$PGBIN:$PATH" PG_REGRESS="$PG_REGRESS" TESTDIR="$CHECK_DIR/tap" \
 		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" \
-		prove --timer -j"$jobs" ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}")
-	local rc=$?
+		prove --timer -j"$jobs" ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}") 2>&1 \
+		| tee "$CHECK_DIR/tap/prove.out"
+	local rc=${PIPESTATUS[0]}
 	if [ $rc -ne 0 ]; then
 		echo "---- logs: $CHECK_DIR/tap/tmp_check/log/"
 		ls "$CHECK_DIR/tap/tmp_check/log/" 2>/dev/null
+		tap_digest "$CHECK_DIR/tap" >>"$DIGEST"
 	fi
 	return $rc
+}
+
+# tap_digest DIR: for each test file prove reported as failed (DIR/prove.out),
+# the failed assertions and what they got, from its regress log (bounded), so
+# that the end of a long run says which check failed and how.
+tap_digest() {
+	local dir=$1 t log
+	for t in $(grep -oE '[0-9]{3}_[a-z0-9_]+\.pl' <(sed -n '/^Test Summary Report/,$p' "$dir/prove.out") | sort -u); do
+		log=$dir/tmp_check/log/regress_log_${t%.pl}
+		echo "-- tap: $t failed"
+		if [ -f "$log" ]; then
+			grep -E -A4 '^(not ok|# +Failed test)|^# Looks like|died|Died' "$log" | head -n 60
+		else
+			echo "(no log $log; what prove printed of it:)"
+			grep -F -A8 "$t" "$dir/prove.out" | head -n 30
+		fi
+	done
 }
 
 # stage_package: test/package/run.sh (the Debian package built, installed,
@@ -395,6 +414,9 @@ stage_logs() {
 # ---------------------------------------------------------------- main
 
 START=$(now)
+# Failure details gathered by the stages, printed after the summary.
+DIGEST=$(mktemp /tmp/pgbus_run_all_digest.XXXXXX)
+trap 'rm -f "$DIGEST"' EXIT
 echo "pgbus_stream: run_all.sh in $REPO ($(id -un), $(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
 export PATH="$PGBIN:$PATH"
 
@@ -445,5 +467,9 @@ for r in "${RESULTS[@]}"; do
 done
 printf '%-10s %-32s %8s\n' total "" "$(awk -v a="$START" -v b="$END" 'BEGIN { printf "%.1f", b - a }')"
 [ -n "$CHECK_DIR" ] && echo "logs: $CHECK_DIR"
+if [ -s "$DIGEST" ]; then
+	log "what failed"
+	cat "$DIGEST"
+fi
 echo "run_all: $PASSED passed, $FAILED failed"
 [ $FAILED -eq 0 ]
