@@ -338,7 +338,7 @@ tap_digest() {
 		log=$dir/tmp_check/log/regress_log_${t%.pl}
 		echo "-- tap: $t failed"
 		if [ -f "$log" ]; then
-			grep -E -A4 '^(not ok|# +Failed test)|^# Looks like|died|Died' "$log" | head -n 60
+			grep -E -A4 '(^|\) )(not ok |# +Failed test)|# Looks like|Died at|died at' "$log" | head -n 60
 		else
 			echo "(no log $log; what prove printed of it:)"
 			grep -F -A8 "$t" "$dir/prove.out" | head -n 30
