@@ -97,9 +97,23 @@ sub out_of_order
 }
 
 # With pgbus_stream.logical_hold = 0 (this subscriber's setting so far) the
-# late row is applied, reported and not streamed.
+# late row is applied, reported and not streamed to a subscription whose
+# position covers it. The worker's position covers T1's id once a round bounds
+# the stream after T2's row (its horizon passes T2's id); a Late record read
+# before that is below the position and streamed as any row (its cursors never
+# covered it: docs/ARCHITECTURE.md, "Rows applied by logical replication").
+# So T1 commits once the subscriber's horizon passed T2's id.
 {
-	out_of_order('late', 'early');
+	out_of_order(
+		'late', 'early',
+		sub {
+			ok($on_sub->wait_for_data_events(scalar(@expect) + 1, 15),
+				'logical_hold = 0: the subscriber\'s client has T2\'s row');
+			my $early = late_id('early');
+			ok( $sub->poll_query_until('postgres',
+					qq{SELECT horizon >= $early FROM pgbus_stream.stats() WHERE stream = 'lr'}),
+				"... and the subscriber's horizon passed its id $early");
+		});
 	$on_pub->wait_for_data_events(scalar(@expect) + 2, 15);
 	is(datas($on_pub), join('|', @expect, 'early', 'late'), 'publisher: both, in commit order');
 	is( $sub->safe_psql('postgres',
