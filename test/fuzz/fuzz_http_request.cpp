@@ -20,6 +20,7 @@
 //    are trimmed and come from the right parameters; a preset token is kept;
 //    on failure the status is 400 or 404 with a reason;
 //  - bearer_token and origin_allowed agree with reference implementations.
+#include "core/auth.hpp"
 #include "core/cursor.hpp"
 #include "http/request.hpp"
 
@@ -238,7 +239,14 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
     for (size_t j = 0; j < i; ++j)
       check(req.streams[i] != req.streams[j], "duplicate stream name");
   }
-  if (route == Route::Stream) {
+  if (route == Route::Stream && !req.signed_name.empty()) {
+    // /streams/{x} with x shaped like a signed name is one (request.hpp).
+    std::string name;
+    check(req.streams.empty(), "Stream route with a signed name and a plain stream");
+    check(percent_decode(path.substr(9), false, &name) && name == req.signed_name,
+          "signed name is not the decoded path segment");
+    check(auth::looks_signed(req.signed_name), "a signed name that does not look signed");
+  } else if (route == Route::Stream) {
     std::string name;
     check(req.streams.size() == 1, "Stream route without exactly one stream");
     check(percent_decode(path.substr(9), false, &name) && name == req.streams[0],
