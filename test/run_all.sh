@@ -324,7 +324,7 @@ stage_tap() {
 	if [ $rc -ne 0 ]; then
 		echo "---- logs: $CHECK_DIR/tap/tmp_check/log/"
 		ls "$CHECK_DIR/tap/tmp_check/log/" 2>/dev/null
-		tap_digest "$CHECK_DIR/tap" >>"$DIGEST"
+		WHAT_FAILED+=$(tap_digest "$CHECK_DIR/tap")$'\n'
 	fi
 	return $rc
 }
@@ -414,9 +414,9 @@ stage_logs() {
 # ---------------------------------------------------------------- main
 
 START=$(now)
-# Failure details gathered by the stages, printed after the summary.
-DIGEST=$(mktemp /tmp/pgbus_run_all_digest.XXXXXX)
-trap 'rm -f "$DIGEST"' EXIT
+# Failure details gathered by the stages (which run in this shell), printed
+# after the summary.
+WHAT_FAILED=""
 echo "pgbus_stream: run_all.sh in $REPO ($(id -un), $(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
 export PATH="$PGBIN:$PATH"
 
@@ -467,9 +467,9 @@ for r in "${RESULTS[@]}"; do
 done
 printf '%-10s %-32s %8s\n' total "" "$(awk -v a="$START" -v b="$END" 'BEGIN { printf "%.1f", b - a }')"
 [ -n "$CHECK_DIR" ] && echo "logs: $CHECK_DIR"
-if [ -s "$DIGEST" ]; then
+if [ -n "$WHAT_FAILED" ]; then
 	log "what failed"
-	cat "$DIGEST"
+	printf '%s' "$WHAT_FAILED"
 fi
 echo "run_all: $PASSED passed, $FAILED failed"
 [ $FAILED -eq 0 ]

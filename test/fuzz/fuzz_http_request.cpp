@@ -239,20 +239,20 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
     for (size_t j = 0; j < i; ++j)
       check(req.streams[i] != req.streams[j], "duplicate stream name");
   }
-  if (route == Route::Stream && !req.signed_name.empty()) {
-    // /streams/{x} with x shaped like a signed name is one (request.hpp).
+  if (route == Route::Stream) {
+    // /streams/{x}: x decoded is one plain stream, or a signed name when it
+    // has the shape of one (request.hpp).
     std::string name;
-    check(req.streams.empty(), "Stream route with a signed name and a plain stream");
-    check(percent_decode(path.substr(9), false, &name) && name == req.signed_name,
-          "signed name is not the decoded path segment");
-    check(auth::looks_signed(req.signed_name), "a signed name that does not look signed");
-  } else if (route == Route::Stream) {
-    std::string name;
-    check(req.streams.size() == 1, "Stream route without exactly one stream");
-    check(percent_decode(path.substr(9), false, &name) && name == req.streams[0],
-          "stream name is not the decoded path segment");
-    check(path.substr(9).find('/') == std::string_view::npos, "stream name from a nested path");
-    check(req.signed_name.empty(), "Stream route set a signed name");
+    check(percent_decode(path.substr(9), false, &name), "Stream route with an undecodable name");
+    if (!req.signed_name.empty()) {
+      check(req.streams.empty(), "Stream route with a signed name and a plain stream");
+      check(name == req.signed_name, "signed name is not the decoded path segment");
+      check(auth::looks_signed(name), "a signed name that does not look signed");
+    } else {
+      check(req.streams.size() == 1 && name == req.streams[0],
+            "Stream route without exactly the decoded path segment as its stream");
+      check(path.substr(9).find('/') == std::string_view::npos, "stream name from a nested path");
+    }
   } else if (route == Route::Streams) {
     check(!req.streams.empty(), "Streams route without a stream");
     for (const std::string &s : req.streams) {
