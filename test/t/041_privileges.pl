@@ -127,7 +127,7 @@ is($pg->safe_psql('postgres', q{SELECT prosecdef FROM pg_proc WHERE oid = 'pgbus
 
 # ---- the upgrade script ends where the install script does ------------------------------
 $pg->safe_psql('postgres', q{CREATE DATABASE up});
-$pg->safe_psql('up', q{CREATE EXTENSION pgbus_stream VERSION '0.1.0'; ALTER EXTENSION pgbus_stream UPDATE TO '0.2.0'});
+$pg->safe_psql('up', q{CREATE EXTENSION pgbus_stream VERSION '0.1.0'; ALTER EXTENSION pgbus_stream UPDATE});
 my $objects = q{SELECT string_agg(line, E'\n' ORDER BY line) FROM (
   SELECT pg_describe_object(classid, objid, 0) || ' ' ||
 	coalesce((SELECT coalesce(array_to_string(proacl, ','), '') || ' ' || coalesce(array_to_string(proconfig, ','), '')
@@ -135,7 +135,7 @@ my $objects = q{SELECT string_agg(line, E'\n' ORDER BY line) FROM (
 	            FROM pg_proc WHERE oid = objid AND classid = 'pg_proc'::regclass),
 	         (SELECT coalesce(array_to_string(relacl, ','), '') FROM pg_class WHERE oid = objid AND classid = 'pg_class'::regclass), '') AS line
   FROM pg_depend WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pgbus_stream') AND deptype = 'e') x};
-is($pg->safe_psql('up', $objects), $pg->safe_psql('postgres', $objects), 'upgraded 0.1.0 has the objects and grants of 0.2.0');
+is($pg->safe_psql('up', $objects), $pg->safe_psql('postgres', $objects), 'upgraded 0.1.0 has the objects and grants of the current version');
 is($pg->safe_psql('up', q{SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef
 	WHERE adrelid = 'pgbus_stream.streams'::regclass AND adnum = (SELECT attnum FROM pg_attribute
 	WHERE attrelid = 'pgbus_stream.streams'::regclass AND attname = 'public')}), 'false',
