@@ -7,7 +7,7 @@ MODULE_big  = pgbus_stream
 DATA        = $(wildcard sql/$(EXTENSION)--*.sql)
 
 SRCS = src/pgbus_stream.cpp \
-       $(wildcard src/shmem/*.cpp src/capture/*.cpp src/worker/*.cpp src/sql/*.cpp src/pg/*.cpp) \
+       $(wildcard src/settings/*.cpp src/shmem/*.cpp src/capture/*.cpp src/worker/*.cpp src/sql/*.cpp src/pg/*.cpp) \
        $(wildcard src/core/*.cpp src/http/*.cpp src/engine/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
 

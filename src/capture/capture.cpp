@@ -12,7 +12,7 @@
 #include "core/auth.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
 #include "capture/wal.hpp"
-#include "pgbus_stream.hpp"
+#include "settings/settings.hpp"
 #include "shmem/applied_hold.hpp"
 #include "shmem/ring_record.hpp"
 #include "shmem/shared.hpp"
@@ -217,7 +217,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   if (!ephemeral) {
     if (tx.overflowed)
       return;
-    if (tx.nrows >= guc::max_pending_events ||
+    if (tx.nrows >= settings::max_pending_events() ||
         (Size)(tx.nrows + 1) * sizeof(PendingRow) > kRowsBudget) {
       tx.overflowed = true; // the workers will read this transaction's rows from the table
       int64 keep = 0;       // keep only the ephemeral events
@@ -231,7 +231,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
   if (tx.nrows >= tx.cap) {
     int64 ncap = tx.cap ? tx.cap * 2 : 64;
     const int64 most =
-        Min((int64)guc::max_pending_events, (int64)(kRowsBudget / sizeof(PendingRow)));
+        Min((int64)settings::max_pending_events(), (int64)(kRowsBudget / sizeof(PendingRow)));
     if (ncap > most && !ephemeral)
       ncap = Max(most, tx.nrows + 1);
     tx.rows = tx.rows
@@ -365,7 +365,7 @@ void publish_commit() {
   for (int i = 0; i < tx.nstreams; i++)
     if (tx.streams[i].applied)
       shmem::applied_hold_start(tx.streams[i].entry, (int64)GetCurrentTimestamp(),
-                                (int64)guc::logical_hold_ms * 1000);
+                                (int64)settings::logical_hold_ms() * 1000);
   Size need = 0;
   for (int64 i = 0; i < tx.nrows; i++)
     need += record_size(&tx.rows[i]);
@@ -486,7 +486,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
   // the stored value, and a statement of many rows must not convert them all
   // only to find the budget spent.
   const Size raw = toast_raw_datum_size(message);
-  if (raw > (Size)guc::inline_payload_max)
+  if (raw > (Size)settings::inline_payload_max())
     return nullptr;
   if (tx.inline_bytes + raw + sizeof(ring::Header) > inline_budget()) {
     tx.inline_full = true;
@@ -548,7 +548,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
 // arriving before the commit has its worker read the rows back, and the ring
 // keeps room for watched streams.
 bool wants_payload(const TxStream *ts) {
-  return pgbs::guc::inline_payload_max > 0 && !tx.overflowed && !tx.inline_full &&
+  return pgbs::settings::inline_payload_max() > 0 && !tx.overflowed && !tx.inline_full &&
          pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0;
 }
 
@@ -645,7 +645,7 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
                     errmsg("pgbus_stream._capture() AFTER trigger needs REFERENCING NEW TABLE")));
   TupleDesc desc = RelationGetDescr(td->tg_relation);
   const int attnum = msg_id_attnum(td->tg_relation);
-  const int message_attnum = pgbs::guc::inline_payload_max > 0 ? attnum_of(desc, "message") : 0;
+  const int message_attnum = pgbs::settings::inline_payload_max() > 0 ? attnum_of(desc, "message") : 0;
   TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
   // Our own read pointer, from the start: other triggers may have read the
   // transition table already. Rewinding needs EXEC_FLAG_REWIND (which

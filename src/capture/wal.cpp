@@ -2,7 +2,7 @@
 // PostgreSQL's C API only, like capture.cpp: nothing here throws, and the
 // commit-time and redo paths neither allocate nor raise an error.
 #include "capture/wal.hpp"
-#include "pgbus_stream.hpp"
+#include "settings/settings.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 
@@ -251,7 +251,7 @@ RmgrData rmgr = {
 
 void register_rmgr() { RegisterCustomRmgr(kRmgrId, &rmgr); }
 
-bool enabled() { return XLogIsNeeded() && guc::standby_records; }
+bool enabled() { return XLogIsNeeded() && settings::standby_records(); }
 
 void log_floor(int64_t stream_id, int64_t floor) {
   if (!enabled())

@@ -1,6 +1,5 @@
 // The awaited-stream set and the births counter (see awaited.hpp).
 #include "shmem/awaited.hpp"
-#include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
 
 // clang-format off: miscadmin.h must come first here
@@ -34,11 +33,7 @@ struct AwaitedSet {
 AwaitedSet *g_set = nullptr;
 int g_capacity = 0; // taken once in the postmaster, as for every size of shared memory
 
-int capacity() {
-  if (g_capacity == 0)
-    g_capacity = guc::max_pending_streams;
-  return g_capacity;
-}
+int capacity() { return g_capacity; }
 
 Awaited *find(Oid dboid, const char *name) {
   for (int i = 0; i < g_set->capacity; i++) {
@@ -55,7 +50,8 @@ Size awaited_size() {
   return add_size(offsetof(AwaitedSet, items), mul_size(capacity(), sizeof(Awaited)));
 }
 
-void awaited_request() {
+void awaited_request(int capacity) {
+  g_capacity = capacity;
   RequestAddinShmemSpace(awaited_size());
   RequestNamedLWLockTranche("pgbus_stream_awaited", 1);
 }

@@ -14,7 +14,7 @@ extern "C" {
 namespace pgbs::shmem {
 
 Size awaited_size();
-void awaited_request();
+void awaited_request(int capacity); // max_pending_streams
 void awaited_startup(); // under AddinShmemInitLock
 
 // Worker w awaits (on) or no longer awaits (off) the stream `name` of dboid.

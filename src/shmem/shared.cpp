@@ -14,8 +14,6 @@ extern "C" {
 }
 // clang-format on
 
-#include "pgbus_stream.hpp"
-
 namespace pgbs::shmem {
 
 static Shared *g_shared = nullptr;
@@ -39,18 +37,14 @@ constexpr int kLockRing = 0, kLockStreams = 1, kLockDiagnostics = 2, kLockWorker
 
 static int slot_count() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
 
-// connections() rows per worker: max_connections when the server started
-// (one worker may hold all of the node's connections). max_connections can
-// be reloaded, and the size of shared
+// The sizes, taken once in the postmaster's shmem_request (its children
+// inherit them). max_connections can be reloaded, and the size of shared
 // memory must not move with it: a crash restart re-creates shared memory in
-// the space requested at start, so the figure is taken once, in the
-// postmaster's shmem_request (its children inherit it).
-static int g_conns_per_worker = 0;
-static int conns_per_worker() {
-  if (g_conns_per_worker == 0)
-    g_conns_per_worker = guc::max_connections + 16;
-  return g_conns_per_worker;
-}
+// the space requested at start. connections() rows per worker:
+// max_connections when the server started (one worker may hold all of the
+// node's connections).
+static Sizes g_sizes;
+static int conns_per_worker() { return g_sizes.max_connections + 16; }
 
 static void init_stream_stats(StreamStats *st) {
   pg_atomic_init_u64(&st->subscribers, 0);
@@ -66,22 +60,23 @@ static void init_stream_stats(StreamStats *st) {
   memset(st->latency.total, 0, sizeof(st->latency.total));
 }
 
-static Size ring_bytes() { return (Size)guc::ring_size_kb * 1024; }
+static Size ring_bytes() { return (Size)g_sizes.ring_bytes; }
 
 Size shmem_size() {
   Size sz = MAXALIGN(sizeof(Shared));
-  sz = add_size(sz, MAXALIGN(mul_size(guc::max_streams, sizeof(StreamEntry))));
-  sz = add_size(sz, hash_estimate_size(guc::max_streams, sizeof(IndexEntry)));
+  sz = add_size(sz, MAXALIGN(mul_size(g_sizes.max_streams, sizeof(StreamEntry))));
+  sz = add_size(sz, hash_estimate_size(g_sizes.max_streams, sizeof(IndexEntry)));
   sz = add_size(sz, MAXALIGN(mul_size(slot_count(), sizeof(BackendSlot))));
   sz = add_size(sz, MAXALIGN(mul_size((slot_count() + 63) / 64, sizeof(pg_atomic_uint64))));
   sz = add_size(
-      sz, MAXALIGN(mul_size(mul_size(guc::workers, conns_per_worker()), sizeof(ConnSnapshot))));
-  sz = add_size(sz, MAXALIGN(mul_size(guc::diagnostics_size, sizeof(DiagEntry))));
+      sz, MAXALIGN(mul_size(mul_size(g_sizes.workers, conns_per_worker()), sizeof(ConnSnapshot))));
+  sz = add_size(sz, MAXALIGN(mul_size(g_sizes.diagnostics_size, sizeof(DiagEntry))));
   sz = add_size(sz, ring_bytes());
   return sz;
 }
 
-void shmem_request() {
+void shmem_request(const Sizes &sizes) {
+  g_sizes = sizes;
   RequestAddinShmemSpace(shmem_size());
   RequestNamedLWLockTranche("pgbus_stream", kLockWorkerConns + kMaxWorkers);
 }
@@ -98,7 +93,7 @@ void shmem_startup() {
     s->ring_lock = &locks[kLockRing].lock;
     s->streams_lock = &locks[kLockStreams].lock;
     s->ring_capacity = ring_bytes();
-    s->max_streams = guc::max_streams;
+    s->max_streams = g_sizes.max_streams;
     s->nslots = slot_count();
     pg_atomic_init_u64(&s->ring_head, 0);
     pg_atomic_init_u64(&s->overrun_seq, 0);
@@ -138,7 +133,7 @@ void shmem_startup() {
     if (!found) {
       wc->lock = &GetNamedLWLockTranche("pgbus_stream")[kLockWorkerConns + w].lock;
       wc->count = 0;
-      wc->capacity = w < guc::workers ? conns_per_worker() : 0;
+      wc->capacity = w < g_sizes.workers ? conns_per_worker() : 0;
     }
     wc->items = (ConnSnapshot *)p;
     p += wc->capacity * sizeof(ConnSnapshot);
@@ -147,7 +142,7 @@ void shmem_startup() {
   if (!found) {
     s->diagnostics.lock = &GetNamedLWLockTranche("pgbus_stream")[kLockDiagnostics].lock;
     s->diagnostics.next = 0;
-    s->diagnostics.capacity = guc::diagnostics_size;
+    s->diagnostics.capacity = g_sizes.diagnostics_size;
   }
   s->diagnostics.items = (DiagEntry *)p;
   p += MAXALIGN(mul_size(s->diagnostics.capacity, sizeof(DiagEntry)));

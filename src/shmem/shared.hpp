@@ -1,7 +1,8 @@
 // Shared memory: the commit-ordered event ring, the per-stream committed
-// maximum, the producers' in-flight slots (for the horizon, docs/ARCHITECTURE.md), the
-// workers' latches and the stats area. Sized from GUCs and requested in
-// shmem_request_hook.
+// maximum, the producers' in-flight slots (for the horizon: docs/ARCHITECTURE.md,
+// "The horizon"), the
+// workers' latches and the stats area. Sized from the settings (Sizes,
+// passed in by the module entry's shmem_request_hook).
 #pragma once
 
 extern "C" {
@@ -211,8 +212,18 @@ struct Shared {
 
 // The ring's records: shmem/ring_record.hpp.
 
+// What shared memory is sized by (the settings, read once at server start).
+struct Sizes {
+  size_t ring_bytes = 0;
+  int max_streams = 0;
+  int workers = 0;
+  int max_connections = 0;
+  int diagnostics_size = 0;
+  int max_pending_streams = 0; // awaited.hpp
+};
+
 Size shmem_size();
-void shmem_request();
+void shmem_request(const Sizes &sizes);
 void shmem_startup();
 Shared *shared();
 

@@ -4,7 +4,7 @@
 // Arguments are read and checked with the plain C API first (errors there
 // skip no destructor); the C++ part runs inside pg::entry.
 #include "core/auth.hpp"
-#include "pgbus_stream.hpp"
+#include "settings/settings.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -37,7 +37,7 @@ namespace {
 // sign_token(streams text[], ttl interval, sub text, ctx jsonb) returns an
 // HS256 JWT granting streams until now + ttl.
 extern "C" Datum pgbus_stream_sign_token(PG_FUNCTION_ARGS) {
-  const char *setting = pgbs::guc::jwt_secret;
+  const char *setting = pgbs::settings::jwt_secret();
   if (setting == nullptr || setting[0] == '\0')
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("pgbus_stream: pgbus_stream.jwt_secret is not set"),

@@ -2,7 +2,7 @@
 // implementation in core/names) and the shared-memory side of a stream born
 // without attach().
 #include "core/names.hpp"
-#include "pgbus_stream.hpp"
+#include "settings/settings.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 
@@ -39,7 +39,7 @@ void on_xact(XactEvent event, void *) {
 // PGMQ queue of this name. Nothing here allocates or throws.
 extern "C" Datum pgbus_stream_auto_attach_match(PG_FUNCTION_ARGS) {
   text *queue = PG_GETARG_TEXT_PP(0);
-  const char *patterns = pgbs::guc::auto_attach ? pgbs::guc::auto_attach : "";
+  const char *patterns = pgbs::settings::auto_attach();
   PG_RETURN_BOOL(pgbs::names::auto_attach_matches(
       patterns, std::string_view(VARDATA_ANY(queue), VARSIZE_ANY_EXHDR(queue))));
 }

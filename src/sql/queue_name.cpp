@@ -1,7 +1,6 @@
 // SQL-callable forms of the pgbus gem's naming rules (core/names.hpp), so
 // that SQL and the workers share one implementation.
 #include "core/names.hpp"
-#include "pgbus_stream.hpp"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // Hub: the engine wired to the ring, SPI, the HTTP layer and shared memory.
 #include "worker/hub.hpp"
-#include "pgbus_stream.hpp"
+#include "settings/configs.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
 #include "worker/standby.hpp"
@@ -17,23 +17,7 @@ extern "C" {
 namespace pgbs::worker {
 
 engine::Config engine_config() {
-  engine::Config c;
-  c.queue_max_events = (size_t)guc::queue_max_events;
-  c.queue_max_bytes = (size_t)guc::queue_max_bytes;
-  c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
-  c.memory_retention = (size_t)guc::memory_retention;
-  c.memory_retention_us = (int64_t)guc::memory_retention_time_ms * 1000;
-  c.replay_page_size = (size_t)guc::replay_page_size;
-  c.default_event = guc::default_event ? guc::default_event : "";
-  // A standby writes nothing: no history rows, no retention (the primary's
-  // deletions replicate).
-  const bool standby = in_recovery();
-  c.stats_enabled = guc::stats_enabled && !standby;
-  c.default_retention = guc::default_retention_s > 0 && !standby;
-  c.max_pending_streams = (size_t)guc::max_pending_streams;
-  c.negative_cache_size = (size_t)guc::negative_cache_size;
-  c.stream_linger_us = (int64_t)guc::stream_linger_ms * 1000;
-  return c;
+  return settings::engine_config(settings::current(), in_recovery());
 }
 
 // ---- the sink: http::Server connection handles -----------------------------
@@ -334,8 +318,8 @@ void Hub::presence_round() {
 }
 
 void Hub::prune_history() {
-  if (guc::stats_enabled)
-    engine_.prune_history(guc::stats_max_age_s);
+  if (settings::current().stats_enabled)
+    engine_.prune_history(settings::current().stats_max_age_s);
 }
 
 namespace {

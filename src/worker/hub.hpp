@@ -1,7 +1,7 @@
 // The worker's adapter around the delivery engine: the engine's three
 // interfaces implemented over SPI (SqlRowSource), the HTTP layer (a sink on
 // http::Server's connection handles) and shared memory (an observer), plus
-// the ring reader that feeds it. docs/ARCHITECTURE.md, "The worker".
+// the ring reader that feeds it. docs/ARCHITECTURE.md, "The engine".
 // Runs on the worker's main thread only.
 #pragma once
 #include "core/metrics.hpp"
@@ -21,8 +21,8 @@ struct StreamEntry;
 
 namespace pgbs::worker {
 
-// The engine's configuration from the module's settings (the only place
-// that reads them for it).
+// The engine's configuration from the settings the worker read last
+// (settings::current(), at start and on SIGHUP).
 engine::Config engine_config();
 
 class HttpSink : public engine::FrameSink {

@@ -7,7 +7,7 @@
 #include "http/status_page.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
-#include "pgbus_stream.hpp"
+#include "settings/configs.hpp"
 #include "shmem/shared.hpp"
 #include "worker/audience_rules.hpp"
 #include "worker/conn_rows.hpp"
@@ -112,10 +112,11 @@ void plan_file_limit() {
   g_max_sockets = (int)Max(limit - open_now - pg_share - kFdsForSystem - kFdsForListener, 1L);
   // Any worker may hold all of the node's connections; the node reaches
   // max_connections when each can hold its share of it.
-  const long share = (guc::max_connections + guc::workers - 1) / guc::workers;
+  const settings::Settings &cfg = settings::current();
+  const long share = (cfg.max_connections + cfg.workers - 1) / cfg.workers;
   const size_t holds = http::sse_capacity([&] {
     http::Config c;
-    c.max_connections = guc::max_connections;
+    c.max_connections = cfg.max_connections;
     c.max_sockets = g_max_sockets;
     return c;
   }());
@@ -165,55 +166,23 @@ template <typename F> void guarded(F &&step) {
 }
 
 http::Config http_config() {
-  http::Config c;
-  c.listen_addresses = guc::listen_addresses ? guc::listen_addresses : "127.0.0.1";
-  c.port = guc::port;
+  http::Config c = settings::http_config(settings::current());
   c.reuse_port = true;
   // One limit for the node (docs/ARCHITECTURE.md, "One limit for the node"):
   // each worker may hold up to all of it, and every connection takes a place
   // in shared memory, so no worker refuses while the node has room.
-  c.max_connections = guc::max_connections;
   c.take_place = [] {
-    return shmem::take_connection_place(worker_index, (uint32)Max(guc::max_connections, 0));
+    return shmem::take_connection_place(worker_index,
+                                        (uint32)Max(settings::current().max_connections, 0));
   };
   c.give_place = [] { shmem::give_connection_place(worker_index); };
-  c.heartbeat_interval_s = guc::heartbeat_interval;
-  c.idle_timeout_s = guc::idle_timeout;
-  c.max_lifetime_s = guc::max_lifetime;
-  c.socket_send_buffer = guc::socket_send_buffer_kb * 1024;
-  c.connection_memory_limit = (size_t)guc::connection_memory_kb * 1024;
-  c.cors_origins = guc::cors_origins ? guc::cors_origins : "";
-  c.queue_max_events = (size_t)guc::queue_max_events;
-  c.queue_max_bytes = (size_t)guc::queue_max_bytes;
-  c.overflow_policy = (OverflowPolicy)guc::overflow_policy;
-  std::string err;
-  if (!auth::resolve_secret(guc::admin_token ? guc::admin_token : "", &c.admin_token, &err)) {
-    pg::warn("pgbus_stream.admin_token: " + err + " (the operators' routes answer 401)");
-    c.admin_token = std::string(64, '\0') + "unreadable"; // matches no token a client can send
-  }
-  c.admin_loopback_only = guc::admin_loopback_only;
-  c.token_cookie = guc::token_cookie ? guc::token_cookie : "";
+  c.admin_token = settings::admin_token(settings::current());
   // worker index in the top byte, the start time below it: unique among the
   // workers and across restarts of one.
   c.conn_id_base =
       ((uint64_t)worker_index << 56) | (((uint64_t)GetCurrentTimestamp() & 0xFFFFFFu) << 32);
   c.max_sockets = g_max_sockets;
   return c;
-}
-
-// The credentials' keys from their settings; one that names an unreadable
-// file counts as unset (its credentials are refused) and is reported.
-auth::Secrets auth_secrets() {
-  auth::Secrets s;
-  auto one = [](const char *name, const char *setting, std::string *out) {
-    std::string err;
-    if (!auth::resolve_secret(setting ? setting : "", out, &err))
-      pg::warn(std::string(name) + ": " + err);
-  };
-  one("pgbus_stream.signing_secret", guc::signing_secret, &s.signing_secret);
-  one("pgbus_stream.secret_key_base", guc::secret_key_base, &s.secret_key_base);
-  one("pgbus_stream.jwt_secret", guc::jwt_secret, &s.jwt_secret);
-  return s;
 }
 
 void publish_stats(const Hub &hub, const http::Server &server) {
@@ -246,7 +215,7 @@ metrics::Snapshot snapshot(const Hub &hub) {
   s.database_ok = database_ok;
   // Without admin_token every client of these routes is anonymous: private
   // streams stay out of them.
-  hub.fill_snapshot(&s, guc::admin_token && guc::admin_token[0] != '\0');
+  hub.fill_snapshot(&s, !settings::current().admin_token.empty());
   return s;
 }
 
@@ -287,15 +256,16 @@ void register_routes(http::Server &server, const Hub &hub) {
 int run() {
   http::Server server;
   std::string err;
-  const bool listening = guc::port != 0; // port 0: no listener (SQL-only test instances)
+  const settings::Settings &cfg = settings::load();
+  const bool listening = cfg.port != 0; // port 0: no listener (SQL-only test instances)
   if (listening)
     plan_file_limit();
   if (listening && !server.start(http_config(), &err)) {
-    pg::warn("cannot listen on port " + std::to_string(guc::port) + ": " + err);
+    pg::warn("cannot listen on port " + std::to_string(cfg.port) + ": " + err);
     return 1;
   }
   Hub hub(server, MyDatabaseId, worker_index);
-  hub.configure_auth(auth_secrets());
+  hub.configure_auth(settings::secrets(cfg));
   auth::Audiences audiences(evaluate_audience_rule);
   hub.set_audiences(&audiences);
   // define_audience() and drop_audience() move the catalog version, whose
@@ -328,7 +298,7 @@ int run() {
   // it is promoted; the worker goes on serving across the promotion.
   bool standby = in_recovery();
   pg::log("worker " + std::to_string(worker_index) + " listening on port " +
-          std::to_string(guc::port) + (standby ? " (hot standby: read-only)" : ""));
+          std::to_string(cfg.port) + (standby ? " (hot standby: read-only)" : ""));
   bool floors_held = standby; // standby floors to sweep (worker 0)
   int64 last_sweep_ms = 0;
 
@@ -356,8 +326,8 @@ int run() {
       timeout = 500; // connections() stays within a second of reality
     if (conn_rows.passing())
       timeout = 0; // the rest of a refresh of connections(), a slice per turn
-    if (worker_index == 0 && (timeout < 0 || timeout > 1000L * guc::retention_interval_s))
-      timeout = 1000L * guc::retention_interval_s; // retention runs on a timer
+    if (worker_index == 0 && (timeout < 0 || timeout > settings::intervals(cfg).retention_ms))
+      timeout = settings::intervals(cfg).retention_ms; // retention runs on a timer
     if (defer_ms >= 0)
       timeout = defer_ms; // paced: frames queued meanwhile wait for the next round
                           // (server.timeout_ms() says 0 while any are queued)
@@ -395,9 +365,10 @@ int run() {
     if (ConfigReloadPending) {
       ConfigReloadPending = false;
       pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
+      settings::load();
       server.reconfigure(http_config());
       hub.configure();
-      hub.configure_auth(auth_secrets());
+      hub.configure_auth(settings::secrets(cfg));
     }
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
@@ -461,7 +432,7 @@ int run() {
       replays_pending = hub.replays_pending();
       hub.track_written();
       int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (!standby && now_flush_ms - last_flush_ms >= guc::cursor_flush_interval_ms) {
+      if (!standby && now_flush_ms - last_flush_ms >= settings::intervals(cfg).cursor_flush_ms) {
         hub.flush_cursors();
         hub.flush_history();
         last_flush_ms = now_flush_ms;
@@ -471,10 +442,10 @@ int run() {
         database_ok = hub.probe();
       }
       if (worker_index == 0 && !standby &&
-          now_flush_ms - last_retention_ms >= 1000LL * guc::retention_interval_s) {
+          now_flush_ms - last_retention_ms >= settings::intervals(cfg).retention_ms) {
         last_retention_ms = now_flush_ms;
         hub.apply_retention();
-        if (guc::stats_enabled) // no history kept, none to prune
+        if (cfg.stats_enabled) // no history kept, none to prune
           hub.prune_history();
       }
       publish_stats(hub, server);
@@ -517,7 +488,7 @@ int run() {
   }
   hub.track_written();
   if (listening)
-    server.shutdown(guc::shutdown_policy == 0 ? guc::shutdown_drain_ms : 0);
+    server.shutdown(settings::intervals(cfg).shutdown_drain_ms);
   try {
     if (!in_recovery())
       hub.flush_cursors(); // what reached the sockets before the stop
@@ -536,7 +507,7 @@ void pgbus_stream_worker_main(Datum arg) {
   pqsignal(SIGTERM, worker::on_sigterm);
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   BackgroundWorkerUnblockSignals();
-  BackgroundWorkerInitializeConnection(guc::database, nullptr, 0);
+  BackgroundWorkerInitializeConnection(settings::current().database.c_str(), nullptr, 0);
   shmem::Shared *s = shmem::shared();
   s->worker_latch[worker::worker_index] = MyLatch;
   pg_atomic_write_u32(&s->worker_pid[worker::worker_index], (uint32)MyProcPid);
