@@ -26,29 +26,31 @@
 
 namespace pgbs::engine {
 
-// Everything the engine is tuned by, passed in as one value.
+// Everything the engine is tuned by, passed in as one value. The fields
+// that settings drive have no defaults here: settings::engine_config()
+// (src/settings/configs.hpp) fills them, from the defaults in Settings too.
 struct Config {
-  size_t queue_max_events = 1000;
-  size_t queue_max_bytes = 1 << 20;
+  size_t queue_max_events = 0;
+  size_t queue_max_bytes = 0;
   // Lag: durable frames are never dropped (a full queue pages them later).
   // The drop policies make a connection live-only: the sink's queue drops.
-  OverflowPolicy overflow_policy = OverflowPolicy::Lag;
-  size_t memory_retention = 1000;
+  OverflowPolicy overflow_policy{};
+  size_t memory_retention = 0;
   // The durable tail also keeps every row dispatched within this time, even
   // beyond memory_retention rows (still within queue_max_bytes): a
   // connection on a fast stream that lags this long pages from memory.
-  int64_t memory_retention_us = 1000 * 1000;
-  size_t replay_page_size = 500;
-  std::string default_event = "turbo-stream";
+  int64_t memory_retention_us = 0;
+  size_t replay_page_size = 0;
+  std::string default_event;
   bool stats_enabled = false;
   bool default_retention = false; // streams without their own retention get the default one
   size_t max_token_bytes = cursor::kMaxTokenBytes; // per stream of a token
-  size_t max_pending_streams = 1024;  // distinct streams this process waits for at once
-  size_t negative_cache_size = 10000; // unknown names remembered (no catalog read when asked again)
+  size_t max_pending_streams = 0; // distinct streams this process waits for at once
+  size_t negative_cache_size = 0; // unknown names remembered (no catalog read when asked again)
   // How long a stream without connections here keeps its shared-memory
   // entry (a reconnect within it finds the stream as it was); released at
   // once when the observer says entries run short.
-  int64_t stream_linger_us = 5 * 1000 * 1000;
+  int64_t stream_linger_us = 0;
 };
 
 // What bounds each stream's horizon, read from shared memory before the

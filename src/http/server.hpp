@@ -15,17 +15,20 @@
 
 namespace pgbs::http {
 
+// The fields that settings drive have no defaults here:
+// settings::http_config() (src/settings/configs.hpp) fills them, from the
+// defaults in Settings too.
 struct Config {
-  std::string listen_addresses = "127.0.0.1"; // comma-separated; "*" = all IPv4+IPv6
-  int port = 8080;
+  std::string listen_addresses; // comma-separated; "*" = all IPv4+IPv6
+  int port = 0;
   bool reuse_port = true;        // SO_REUSEPORT so several workers share the port
-  int max_connections = 10000;   // SSE connections of this worker; beyond: 503 + Retry-After
+  int max_connections = 0;       // SSE connections of this worker; beyond: 503 + Retry-After
   // A limit shared with other listeners (the workers of one node): each SSE
   // connection this listener would hold first takes a place (false: 503 +
   // Retry-After) and gives it back when it is gone. Unset: none.
   std::function<bool()> take_place;
   std::function<void()> give_place;
-  int heartbeat_interval_s = 15; // ": heartbeat <epoch>" comment to live SSE connections
+  int heartbeat_interval_s = 0;  // ": heartbeat <epoch>" comment to live SSE connections
   int idle_timeout_s = 0;        // 0 = off; heartbeats do not count as activity
   int max_lifetime_s = 0;        // 0 = off; a stream older than this (less up to 10 % jitter
                                  // so reconnects spread out) ends after its queue is flushed
@@ -36,10 +39,10 @@ struct Config {
   // SO_SNDBUF of SSE sockets in bytes (0 = the kernel's autotuning, which lets
   // one socket hold up to net.ipv4.tcp_wmem's maximum, 4 MB by default, for a
   // client that stops reading). Applies to streams opened after a change.
-  int socket_send_buffer = 128 * 1024;
-  size_t queue_max_events = 1000;
-  size_t queue_max_bytes = 1 << 20;
-  OverflowPolicy overflow_policy = OverflowPolicy::DropOldest;
+  int socket_send_buffer = 0;
+  size_t queue_max_events = 0;
+  size_t queue_max_bytes = 0;
+  OverflowPolicy overflow_policy{};
   // Routes marked with protect(): when admin_token is set they need it
   // ("Authorization: Bearer" or ?token=, else 401); when admin_loopback_only,
   // they answer only clients on 127.0.0.0/8 or ::1 (else 403).
@@ -61,7 +64,7 @@ struct Config {
   // and it bounds one coalesced write while MHD still writes a stream. It is
   // freed once the server takes a stream's socket over (docs/ARCHITECTURE.md,
   // "HTTP: direct writes"), so idle streams do not keep it. Fixed at start().
-  size_t connection_memory_limit = 32 * 1024;
+  size_t connection_memory_limit = 0;
   // Sockets the listener may hold in all, from the open-files limit left to
   // it (0 = unknown: derived from max_connections). A part of it is kept for
   // answering what cannot be held (503 + Retry-After) and for plain requests,

@@ -5,6 +5,7 @@
 #include "core/cursor.hpp"
 #include "core/outqueue.hpp"
 #include "engine/engine.hpp"
+#include "settings/configs.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -195,7 +196,7 @@ public:
 
   // State the interfaces read.
   Choices &ch;
-  engine::Config cfg;
+  engine::Config cfg = settings::engine_config(settings::Settings{}, false); // the defaults
   std::vector<SimStream> streams;
   std::map<uint64_t, std::unique_ptr<SimConn>> conns;                // by conn id, until released
   std::set<int64_t> locked;                                          // streams whose reads fail

@@ -27,6 +27,7 @@
 // "conn ...", "log <MHD message>".
 #include "core/sse.hpp"
 #include "http/server.hpp"
+#include "settings/configs.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -60,7 +61,13 @@ struct Sub {
 };
 
 struct Options {
-  http::Config cfg;
+  // The settings' defaults, but drop_oldest: the driver's flood tests expect
+  // a live-only queue unless --policy says otherwise.
+  http::Config cfg = [] {
+    http::Config c = settings::http_config(settings::Settings{});
+    c.overflow_policy = OverflowPolicy::DropOldest;
+    return c;
+  }();
   int frames = 3;
   int interval_ms = 100;
   int flood_per_tick = 50;
