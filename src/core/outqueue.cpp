@@ -1,4 +1,4 @@
-// A connection's bounded outbound queue (docs/ARCHITECTURE.md, "Delivery").
+// A connection's bounded outbound queue (docs/ARCHITECTURE.md, "Delivery: live, lag and replay").
 //
 // bytes() counts whole data frames until their last byte is copied out, so a
 // partially written frame still counts: its memory is held until then. A

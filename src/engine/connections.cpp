@@ -1,6 +1,6 @@
 // Engine: subscribing, closing, what connections() shows, durable
 // subscriber cursors, retention and history. docs/ARCHITECTURE.md,
-// "Connecting" and "Durable subscribers".
+// "The engine".
 #include "core/sse.hpp"
 #include "engine/engine.hpp"
 #include "engine/state.hpp"

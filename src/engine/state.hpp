@@ -37,7 +37,7 @@ struct Stream {
   cursor::StreamPosition pos; // horizon + ids dispatched above it
   cursor::StreamPosition pos_before; // pos before the row being dispatched was added
   // This round's run of rows for the connections in step with the stream,
-  // pushed to each of them as one frame when the run ends (Engine::ride).
+  // pushed to each of them as one frame when the run ends (Engine::flush_batch).
   struct Batched {
     int64_t msg_id;
     int64_t commit_us;
@@ -53,7 +53,7 @@ struct Stream {
   // floor holds it, a connection joined); the rounds between the full ones
   // visit only these streams.
   bool hot = false;
-  mutable std::string token;       // pos encoded (see Engine::token_of)
+  mutable std::string token;       // pos encoded (see token_of() below)
   mutable bool token_stale = true; // pos changed since token was encoded
   std::vector<Connection *> conns;
   // Observer::wake is on: some subscription here may take its rows live

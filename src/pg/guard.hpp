@@ -1,10 +1,16 @@
 // The two wrappers at the PostgreSQL/C++ boundary (docs/ARCHITECTURE.md,
 // "C++ inside PostgreSQL").
 //
-//  * pg::entry() wraps every entry from PostgreSQL into C++ (SQL function,
-//    trigger, worker main). The C++ body runs inside try; a caught exception is
-//    turned into ereport(ERROR) only after the try scope has ended, so every
-//    destructor has run before PostgreSQL longjmps.
+//  * pg::entry() wraps an entry from PostgreSQL into C++ code that may throw
+//    or hold objects with destructors: the SQL functions that build C++
+//    values (src/sql/auth.cpp, src/sql/queue_name.cpp), the stream check of
+//    capture triggers, and the module's _PG_init and shmem_request steps.
+//    The C++ body runs inside try; a caught exception is turned into
+//    ereport(ERROR) only after the try scope has ended, so every destructor
+//    has run before PostgreSQL longjmps. Entries written in PostgreSQL's C
+//    API alone (the capture's triggers, hooks and callbacks, the other SQL
+//    functions) need none, and the worker's main catches at its own entry
+//    (pgbus_stream_worker_main).
 //  * pg::call() wraps every call from C++ into a PostgreSQL API that can
 //    elog(ERROR). It catches the longjmp, restores the memory context, keeps
 //    the ErrorData and throws pg::Error, so no longjmp crosses a C++ frame.
