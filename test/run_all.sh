@@ -8,6 +8,10 @@
 #
 # Stages, in order:
 #   deps      install missing Debian packages (apt; as root, or through sudo -n)
+#   checks    the sources against themselves, in seconds: every comment that
+#             cites the architecture document names a heading of it that
+#             exists (test/lint/citations.pl), and every fault of the mutation stage
+#             still matches the code (test/mutations/run.sh --check)
 #   build     make (and make -C test/e2e, the TAP tests' helper programs, if present)
 #   install   make install
 #   regress   make installcheck-temp (pg_regress with a temporary instance)
@@ -33,7 +37,9 @@
 #             and exits a test announced (<log>.expected_signals)
 #   mutations test/mutations/run.sh (only when asked: --only mutations): plants
 #             each fault of test/mutations/faults.txt, runs the test that must
-#             kill it, fails if any survives
+#             kill it, fails if any survives. MUTATIONS_ROTATION=N plants only
+#             the faults whose place in the list is the day number (UTC days
+#             since 1970) modulo N, so N consecutive days plant them all (CI)
 #
 # A stage that cannot run (returns 77: something it needs is missing) counts
 # as a failure.
@@ -46,6 +52,7 @@
 # repository, else /tmp/pgbus_stream_check. Logs stay there after the run.
 #
 # Environment: FUZZ_SECONDS (15), SIM_SEEDS, SIM_SECONDS, PROVE_TESTS (test files, default all),
+# MUTATIONS_ROTATION (see mutations),
 # PROVE_FLAGS (extra prove options), PROVE_JOBS (TAP files at once, default
 # JOBS + 1), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
 # PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
@@ -65,7 +72,7 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps build install regress unit unit-san engine http fuzz tap browser package cassert logs mutations)
+ALL_STAGES=(deps checks build install regress unit unit-san engine http fuzz tap browser package cassert logs mutations)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo,
 # Debian package).
@@ -287,8 +294,19 @@ stage_browser() {
 	bash "$REPO/test/browser/run.sh"
 }
 
+stage_checks() {
+	local rc=0
+	perl "$REPO/test/lint/citations.pl" "$REPO" || rc=1
+	bash "$REPO/test/mutations/run.sh" --check || rc=1
+	return $rc
+}
+
 stage_mutations() {
-	bash "$REPO/test/mutations/run.sh"
+	if [ -n "${MUTATIONS_ROTATION:-}" ]; then
+		bash "$REPO/test/mutations/run.sh" --rotation "$MUTATIONS_ROTATION" $(($(date -u +%s) / 86400))
+	else
+		bash "$REPO/test/mutations/run.sh"
+	fi
 }
 
 stage_tap() {
@@ -421,6 +439,7 @@ echo "pgbus_stream: run_all.sh in $REPO ($(id -un), $(date -u '+%Y-%m-%d %H:%M:%
 export PATH="$PGBIN:$PATH"
 
 run_stage deps stage_deps
+run_stage checks stage_checks
 run_stage build stage_build
 BUILD_OK=1
 case "${RESULTS[-1]}" in build\|FAIL*) BUILD_OK=0 ;; esac

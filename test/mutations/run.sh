@@ -8,6 +8,12 @@
 #
 #   test/mutations/run.sh              every fault
 #   test/mutations/run.sh NAME...      only these
+#   test/mutations/run.sh --check      only check the list against the code
+#                                      (every original text found once, every
+#                                      killer exists; seconds, no build)
+#   test/mutations/run.sh --rotation N K   the faults whose position in the
+#                                      list is K modulo N (CI runs a different
+#                                      share each day: see test/README.md)
 #   ./test/run_all.sh --only mutations (the same, as a stage)
 #
 # Environment: PG_CONFIG (the installation the extension goes into, as for
@@ -22,8 +28,13 @@ LIST=$REPO/test/mutations/faults.txt
 OUT=${MUTATIONS_OUT:-$REPO/test/mutations/output}
 TIMEOUT=${MUTATION_TIMEOUT:-300}
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-mkdir -p "$OUT"
-rm -f "$OUT"/*.log "$OUT"/summary.txt
+CHECK_ONLY=0 ROT_N=0 ROT_K=0
+case "${1:-}" in
+--check) CHECK_ONLY=1; shift ;;
+--rotation)
+	[[ "${2:-}" =~ ^[1-9][0-9]*$ && "${3:-}" =~ ^[0-9]+$ ]] || { echo "mutations: --rotation N K" >&2; exit 2; }
+	ROT_N=$2 ROT_K=$(($3 % $2)); shift 3 ;;
+esac
 
 die() { echo "mutations: $*" >&2; exit 2; }
 
@@ -82,19 +93,36 @@ for s in "${SELECTED[@]}"; do
 	printf '%s\n' "${NAMES[@]}" | grep -qxF "$s" || die "no fault named $s in $LIST"
 done
 
-# Every original text must be there exactly once before anything is planted.
+# Every original text must be there exactly once before anything is planted;
+# every fault that is not is named, then the run stops.
+WRONG=0
+wrong() { echo "mutations: fault [${NAMES[$i]}]: $*" >&2; WRONG=$((WRONG + 1)); }
 for i in "${!NAMES[@]}"; do
 	f=$REPO/${FILES[$i]}
-	[ -f "$f" ] || die "fault [${NAMES[$i]}]: no file ${FILES[$i]}"
+	if [ ! -f "$f" ]; then
+		wrong "no file ${FILES[$i]}"
+		continue
+	fi
 	n=$(count_or_apply count "$f" "${FROMS[$i]}" "")
-	[ "$n" = 1 ] || die "fault [${NAMES[$i]}]: its original text occurs $n times in ${FILES[$i]} (expected once): update $LIST"
+	[ "$n" = 1 ] || wrong "its original text occurs $n times in ${FILES[$i]} (expected once): update $LIST"
 	case "${KILLS[$i]}" in
-	unit\ * | http-unit\ * | http | regress) ;;
-	tap\ *) [ -f "$REPO/test/t/${KILLS[$i]#tap }" ] || die "fault [${NAMES[$i]}]: no TAP file ${KILLS[$i]#tap }" ;;
-	*) die "fault [${NAMES[$i]}]: unknown killer '${KILLS[$i]}'" ;;
+	unit\ * | http-unit\ * | http | regress | engine) ;;
+	tap\ *) [ -f "$REPO/test/t/${KILLS[$i]#tap }" ] || wrong "no TAP file ${KILLS[$i]#tap }" ;;
+	*) wrong "unknown killer '${KILLS[$i]}'" ;;
 	esac
 done
+[ $WRONG -eq 0 ] || die "$WRONG of ${#NAMES[@]} faults do not match the code"
 echo "mutations: ${#NAMES[@]} faults listed, every original text found once"
+[ $CHECK_ONLY -eq 1 ] && exit 0
+if [ $ROT_N -gt 0 ]; then
+	[ ${#SELECTED[@]} -eq 0 ] || die "--rotation takes no fault names"
+	for i in "${!NAMES[@]}"; do
+		[ $((i % ROT_N)) -eq $ROT_K ] && SELECTED+=("${NAMES[$i]}")
+	done
+	echo "mutations: rotation $ROT_K of $ROT_N: ${SELECTED[*]}"
+fi
+mkdir -p "$OUT"
+rm -f "$OUT"/*.log "$OUT"/summary.txt
 
 # ---- planting
 BACKUP=$(mktemp)
@@ -113,6 +141,7 @@ final() {
 		echo "mutations: the clean rebuild FAILED (see $OUT/clean-build.log)" >&2
 	make -C "$REPO/test/unit" build/plain/unit_tests >>"$OUT/clean-build.log" 2>&1
 	make -C "$REPO/test/http" >>"$OUT/clean-build.log" 2>&1
+	make -C "$REPO/test/engine" build >>"$OUT/clean-build.log" 2>&1
 }
 trap final EXIT
 trap 'exit 130' INT TERM
@@ -123,6 +152,7 @@ build() {
 	unit\ *) make -C "$REPO/test/unit" build/plain/unit_tests ;;
 	http-unit\ *) make -C "$REPO/test/http" build/test_request ;;
 	http) make -C "$REPO/test/http" ;;
+	engine) make -C "$REPO/test/engine" build ;;
 	regress | tap\ *) "$REPO/test/run_all.sh" --only build,install ;;
 	esac
 }
@@ -132,6 +162,7 @@ killer() {
 	unit\ *) "$REPO/test/unit/build/plain/unit_tests" --gtest_filter="${1#unit }" ;;
 	http-unit\ *) "$REPO/test/http/build/test_request" --gtest_filter="${1#http-unit }" ;;
 	http) (cd "$REPO/test/http" && ./run.sh build/driver) ;;
+	engine) SIM_SEEDS=${MUTATION_SIM_SEEDS:-3000} "$REPO/test/engine/build/plain/sim" ;;
 	regress) "$REPO/test/run_all.sh" --only regress ;;
 	tap\ *) PROVE_TESTS="test/t/${1#tap }" "$REPO/test/run_all.sh" --only tap ;;
 	esac
