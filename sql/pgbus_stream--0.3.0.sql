@@ -77,6 +77,11 @@ CREATE FUNCTION @extschema@._catalog_changed(stream_id bigint, fresh boolean DEF
   AS 'MODULE_PATHNAME', 'pgbus_stream_catalog_changed' LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint, boolean) FROM PUBLIC;
 
+-- _echo is what an error message shows of a caller's text: at most 64
+-- bytes, then "..." and its size (every error quoting an argument uses it).
+CREATE FUNCTION @extschema@._echo(t text) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_echo' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 -- _check_stream_name raises a clear error unless name can name a stream
 -- (it ends up in URLs and cursor tokens).
 CREATE FUNCTION @extschema@._check_stream_name(name text) RETURNS void
@@ -86,12 +91,12 @@ BEGIN
     RAISE EXCEPTION 'pgbus_stream: stream name must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF name !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' THEN
-    RAISE EXCEPTION 'pgbus_stream: invalid stream name "%"', name
+    RAISE EXCEPTION 'pgbus_stream: invalid stream name "%"', @extschema@._echo(name)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Use letters, digits, "_", "-" and "." (not first).';
   END IF;
   IF length(name) > 128 THEN
-    RAISE EXCEPTION 'pgbus_stream: stream name "%" is longer than 128 characters', name
+    RAISE EXCEPTION 'pgbus_stream: stream name "%" is longer than 128 characters', @extschema@._echo(name)
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
 END $$;
@@ -187,7 +192,7 @@ BEGIN
   maxlen := 47 - length(prefix);  -- PGMQ's limit on queue names
   IF length(name) > maxlen THEN
     RAISE EXCEPTION 'pgbus_stream: stream name "%" is too long (% characters, at most % with queue prefix "%")',
-      name, length(name), maxlen, prefix USING ERRCODE = 'name_too_long';
+      @extschema@._echo(name), length(name), maxlen, prefix USING ERRCODE = 'name_too_long';
   END IF;
   IF name !~ '^[A-Za-z0-9_]+$' THEN
     RAISE EXCEPTION 'pgbus_stream: invalid stream name "%" for a new queue', name
@@ -249,7 +254,7 @@ BEGIN
     qschema := '@extschema@';
   ELSE
     RAISE EXCEPTION 'pgbus_stream: queue "%" not found (no table pgmq.q_% or @extschema@.q_%)',
-      queue_name, queue_name, queue_name USING ERRCODE = 'undefined_table';
+      @extschema@._echo(queue_name), @extschema@._echo(queue_name), @extschema@._echo(queue_name) USING ERRCODE = 'undefined_table';
   END IF;
   s := @extschema@._adopt(qschema, 'q_' || queue_name, sname, public, NULL);
   IF s.id IS NOT NULL THEN
@@ -271,7 +276,7 @@ BEGIN
      WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || @extschema@._queue_name_or_null(p_name);
   END IF;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', p_name USING ERRCODE = 'undefined_object';
+    RAISE EXCEPTION 'pgbus_stream: stream "%" does not exist', @extschema@._echo(p_name) USING ERRCODE = 'undefined_object';
   END IF;
   RETURN s;
 END $$;
@@ -322,6 +327,12 @@ CREATE FUNCTION @extschema@._publish(stream_id bigint, queue regclass, data text
                                      visible_to text, exclude text) RETURNS bigint
   AS 'MODULE_PATHNAME', 'pgbus_stream_publish' LANGUAGE C;
 
+-- _draw_id(stream_id, queue) is the msg_id of the row broadcast() inserts:
+-- drawn from the queue's sequence after the transaction's floor, for a
+-- caller allowed to INSERT into the stream's queue, hooked or not yet.
+CREATE FUNCTION @extschema@._draw_id(stream_id bigint, queue regclass) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_draw_id' LANGUAGE C STRICT;
+
 -- _captured_id is the msg_id of the row this backend's last captured INSERT wrote.
 CREATE FUNCTION @extschema@._captured_id() RETURNS bigint
   AS 'MODULE_PATHNAME', 'pgbus_stream_captured_id' LANGUAGE C;
@@ -340,6 +351,7 @@ CREATE FUNCTION @extschema@.broadcast(stream text, data text, event text DEFAULT
 RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   t record := @extschema@._broadcast_target(stream);
+  id bigint;
 BEGIN
   IF data IS NULL THEN
     RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -355,21 +367,25 @@ BEGIN
             HINT = 'Use the connectionId of a pgbus:connected event (16 hex digits).';
   END IF;
   IF NOT has_table_privilege(t.queue, 'INSERT') THEN
-    RAISE EXCEPTION 'pgbus_stream: permission denied to broadcast to stream "%"', stream
+    RAISE EXCEPTION 'pgbus_stream: permission denied to broadcast to stream "%"', @extschema@._echo(stream)
       USING ERRCODE = 'insufficient_privilege',
             HINT = format('GRANT INSERT ON %s TO the publishing role.', t.queue);
   END IF;
   IF durable IS NOT TRUE THEN
     RETURN @extschema@._publish(t.stream_id, t.queue, data, event, visible_to, exclude);
   END IF;
-  EXECUTE format('INSERT INTO %s (vt, message) VALUES (clock_timestamp(), $1)', t.queue)
-    USING jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to,
-                                               'exclude', exclude));
-  RETURN @extschema@._captured_id();
+  id := @extschema@._draw_id(t.stream_id, t.queue);
+  EXECUTE format('INSERT INTO %s (msg_id, vt, message) OVERRIDING SYSTEM VALUE '
+                 'VALUES ($1, clock_timestamp(), $2)', t.queue)
+    USING id, jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to,
+                                                   'exclude', exclude));
+  RETURN id;
 END $$;
 
 -- _rows_sql builds the worker's query for a stream's rows: queue and archive,
--- envelope fields extracted (any other JSON is sent as its text).
+-- envelope fields extracted (any other JSON is sent as its text). No
+-- expression in it can fail for one row (enqueued_at = 'infinity' is
+-- clamped), so one odd row never fails the reads of its stream.
 CREATE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
 LANGUAGE sql STABLE AS $$
   SELECT format($q$SELECT msg_id,
@@ -377,7 +393,8 @@ LANGUAGE sql STABLE AS $$
            ELSE message::text END,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
-      (extract(epoch FROM enqueued_at) * 1000000)::bigint,
+      least(greatest(extract(epoch FROM enqueued_at) * 1000000, -9223372036854775808),
+            9223372036854775807)::bigint,
       CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'exclude' END
     FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
     s.queue_schema, s.queue_table,

@@ -12,7 +12,6 @@ extern "C" {
 #include "postgres.h"
 #include "access/htup_details.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
@@ -25,19 +24,15 @@ namespace pgbs::capture {
 
 void capture_applied_row(TriggerData *td, int64_t stream_id) {
   TupleDesc desc = RelationGetDescr(td->tg_relation);
-  const int id_att = SPI_fnumber(desc, "msg_id"); // a pure lookup: no SPI connection needed
-  if (id_att <= 0)
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
-                    errmsg("pgbus_stream: table \"%s\" has no msg_id column",
-                           RelationGetRelationName(td->tg_relation))));
+  const QueueColumns cols = queue_columns(td->tg_relation); // types checked
   bool isnull;
-  const Datum id = heap_getattr(td->tg_trigtuple, id_att, desc, &isnull);
+  const Datum id = heap_getattr(td->tg_trigtuple, cols.msg_id, desc, &isnull);
   if (isnull)
     return;
   Datum message = 0;
-  if (const int m_att = SPI_fnumber(desc, "message"); m_att > 0) {
+  if (cols.message > 0) {
     bool mnull;
-    const Datum m = heap_getattr(td->tg_trigtuple, m_att, desc, &mnull);
+    const Datum m = heap_getattr(td->tg_trigtuple, cols.message, desc, &mnull);
     if (!mnull)
       message = m;
   }

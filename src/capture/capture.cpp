@@ -45,6 +45,7 @@ PG_FUNCTION_INFO_V1(pgbus_stream_catalog_changed);
 PG_FUNCTION_INFO_V1(pgbus_stream_publish_ephemeral);
 PG_FUNCTION_INFO_V1(pgbus_stream_publish);
 PG_FUNCTION_INFO_V1(pgbus_stream_captured_id);
+PG_FUNCTION_INFO_V1(pgbus_stream_draw_id);
 }
 
 namespace pgbs::capture {
@@ -65,6 +66,7 @@ struct TxStream {
   // collected, so the commit starts the stream's hold.
   int64 late_floor;
   bool applied;
+  int64 seq_last; // the queue sequence's last value as last read (check_drawn)
 };
 
 struct PendingRow {
@@ -175,6 +177,7 @@ TxStream *register_stream(int64 stream_id, bool applied = false) {
   ts->floor = floor;
   ts->count = 0;
   ts->applied = false;
+  ts->seq_last = 0;
   // Read again now that the slot is visible: a worker that did not see the
   // slot read the hold before this, and the hold only moves up.
   ts->late_floor = floor;
@@ -450,15 +453,6 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
   }
 }
 
-int attnum_of(TupleDesc desc, const char *name) {
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute a = TupleDescAttr(desc, i);
-    if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
-      return i + 1;
-  }
-  return 0;
-}
-
 // One optional string member of the envelope: absent or JSON null -> no
 // value; a string -> its text; anything else -> false (the worker reads the
 // row with SQL instead, which has the exact ->> semantics).
@@ -603,13 +597,24 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
 
 namespace {
 
-int msg_id_attnum(Relation rel) {
-  const int attnum = attnum_of(RelationGetDescr(rel), "msg_id");
-  if (attnum == 0)
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
-                    errmsg("pgbus_stream: table \"%s\" has no msg_id column",
-                           RelationGetRelationName(rel))));
-  return attnum;
+// Refuses an id the queue's sequence has not handed out (an explicit msg_id
+// above its last value): committed, it would raise the stream's committed
+// maximum above every id the sequence will draw, and every later insert
+// would be refused (docs/ARCHITECTURE.md, "Ids and commit order").
+void check_drawn(TxStream *ts, const QueueColumns &cols, Relation rel, int64 id) {
+  if (cols.seq == 0 || id <= ts->seq_last)
+    return;
+  ts->seq_last = sequence_last_value(cols.seq);
+  if (id <= ts->seq_last)
+    return;
+  ereport(ERROR,
+          (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+           errmsg("pgbus_stream: msg_id " INT64_FORMAT " is above " INT64_FORMAT
+                  ", the last value of the sequence of queue table \"%s\"",
+                  id, ts->seq_last, RelationGetRelationName(rel)),
+           errdetail("Committed, it would refuse every id the sequence draws later."),
+           errhint("Let the sequence draw msg_id, or give explicit ids at or below its last value "
+                   "(move it first with setval).")));
 }
 
 // The AFTER INSERT FOR EACH ROW trigger: one inserted row, read from the
@@ -619,17 +624,18 @@ void capture_after_row(TriggerData *td, TxStream *ts) {
   HeapTuple tuple = td->tg_trigtuple;
   TupleDesc desc = RelationGetDescr(td->tg_relation);
   bool isnull;
-  const Datum id = heap_getattr(tuple, msg_id_attnum(td->tg_relation), desc, &isnull);
+  const QueueColumns cols = queue_columns(td->tg_relation); // types checked
+  const Datum id = heap_getattr(tuple, cols.msg_id, desc, &isnull);
   if (isnull)
     return;
+  check_drawn(ts, cols, td->tg_relation, DatumGetInt64(id));
   last_captured_id = Max(last_captured_id, DatumGetInt64(id));
   Datum message = 0;
   bool have_message = false;
-  if (wants_payload(ts))
-    if (const int m_att = attnum_of(desc, "message"); m_att > 0) {
-      message = heap_getattr(tuple, m_att, desc, &isnull);
-      have_message = !isnull;
-    }
+  if (wants_payload(ts) && cols.message > 0) {
+    message = heap_getattr(tuple, cols.message, desc, &isnull);
+    have_message = !isnull;
+  }
   // Detoasted values and JSON text live in the trigger's per-tuple context,
   // reset after this call.
   collect_row(ts, DatumGetInt64(id), have_message ? &message : nullptr);
@@ -644,8 +650,9 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                     errmsg("pgbus_stream._capture() AFTER trigger needs REFERENCING NEW TABLE")));
   TupleDesc desc = RelationGetDescr(td->tg_relation);
-  const int attnum = msg_id_attnum(td->tg_relation);
-  const int message_attnum = pgbs::settings::inline_payload_max() > 0 ? attnum_of(desc, "message") : 0;
+  const QueueColumns cols = queue_columns(td->tg_relation); // types checked
+  const int attnum = cols.msg_id;
+  const int message_attnum = pgbs::settings::inline_payload_max() > 0 ? cols.message : 0;
   TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
   // Our own read pointer, from the start: other triggers may have read the
   // transition table already. Rewinding needs EXEC_FLAG_REWIND (which
@@ -661,6 +668,7 @@ void capture_after_statement(TriggerData *td, TxStream *ts) {
     Datum d = slot_getattr(slot, attnum, &isnull);
     if (isnull)
       continue;
+    check_drawn(ts, cols, td->tg_relation, DatumGetInt64(d));
     last_captured_id = Max(last_captured_id, DatumGetInt64(d));
     bool mnull = true;
     Datum m = message_attnum > 0 && wants_payload(ts) ? slot_getattr(slot, message_attnum, &mnull)
@@ -819,3 +827,31 @@ extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
 // pgbus_stream._captured_id(): the msg_id of the row the last captured INSERT
 // of this backend wrote (its highest, for several rows; 0 if none).
 extern "C" Datum pgbus_stream_captured_id(PG_FUNCTION_ARGS) { PG_RETURN_INT64(last_captured_id); }
+
+// pgbus_stream._draw_id(stream_id, queue): the msg_id of the row broadcast()
+// is about to insert into the stream's queue, drawn from the queue's
+// sequence after this transaction's floor is published (as an insert's
+// would be), for a caller allowed to INSERT into that very queue. The id is
+// known whether or not the queue has its capture trigger yet (an
+// auto-attached queue is hooked at its first subscription).
+extern "C" Datum pgbus_stream_draw_id(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("pgbus_stream: stream and queue must not be NULL")));
+  const int64 stream_id = PG_GETARG_INT64(0);
+  const Oid queue = PG_GETARG_OID(1);
+  if (pg_class_aclcheck(queue, GetUserId(), ACL_INSERT) != ACLCHECK_OK)
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("pgbus_stream: permission denied to broadcast to this stream"),
+                    errhint("GRANT INSERT ON the stream's queue table to the publishing role.")));
+  check_stream_table(stream_id, queue, fcinfo->flinfo->fn_oid);
+  List *owned = getOwnedSequences(queue);
+  if (list_length(owned) != 1)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("pgbus_stream: queue %s has no msg_id sequence", get_rel_name(queue))));
+  register_stream(stream_id); // the floor first, then the id
+  const int64 id = nextval_internal(linitial_oid(owned), false);
+  TxStream *ts = find_tx_stream(stream_id);
+  ts->seq_last = Max(ts->seq_last, id); // drawn here: check_drawn need not read it back
+  PG_RETURN_INT64(id);
+}

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 struct TriggerData;
+struct RelationData;
 
 namespace pgbs::capture {
 // Registers the transaction and subtransaction callbacks and the floor hooks
@@ -42,4 +43,19 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message);
 // (if is_public is given) whether it is public. False when there is none.
 bool find_stream(unsigned int nsp, const char *name, int64_t *id, char **schema, char **table,
                  bool *is_public);
+// The attribute numbers capture reads in a queue row: msg_id (bigint) and
+// message (jsonb; 0 when the table has none). An error when msg_id is
+// missing or either column has another type (a retyped column is never read
+// as the wrong type). Checked once per relcache version (columns.cpp).
+// seq is the sequence msg_id values come from (its identity or serial
+// sequence; 0 when there is not exactly one).
+struct QueueColumns {
+  int msg_id = 0;
+  int message = 0;
+  unsigned int seq = 0;
+};
+QueueColumns queue_columns(RelationData *rel);
+// The last value sequence seq handed out (to any backend; 0 when none yet),
+// read whatever the caller's privileges on it.
+int64_t sequence_last_value(unsigned int seq);
 } // namespace pgbs::capture

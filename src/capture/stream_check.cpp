@@ -13,9 +13,11 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -25,6 +27,7 @@ extern "C" {
 PG_FUNCTION_INFO_V1(pgbus_stream_broadcast_target);
 }
 
+#include "pg/echo.hpp"
 #include "pg/guard.hpp"
 
 namespace pgbs::capture {
@@ -191,9 +194,10 @@ int64_t trigger_stream_id(unsigned int tgoid, const char *arg) {
 } // namespace pgbs::capture
 
 // pgbus_stream._broadcast_target(stream, OUT stream_id, OUT queue): what
-// broadcast() needs of a stream's catalog row, for any caller (the catalog
-// itself is not readable by PUBLIC; broadcast() then checks the caller's
-// INSERT privilege on the queue). Plain C: no SECURITY DEFINER, no
+// broadcast() needs of a stream's catalog row, for a caller allowed to
+// INSERT into its queue (the catalog itself is not readable by PUBLIC). A
+// private stream is "does not exist" to anyone else; a public one says
+// permission denied. Plain C: no SECURITY DEFINER, no
 // search_path to pin, no per-call settings.
 extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
   if (PG_ARGISNULL(0))
@@ -204,15 +208,28 @@ extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
   int64 id;
   char *schema, *table;
   Oid queue = InvalidOid;
-  bool found = pgbs::capture::find_stream(ext, name, &id, &schema, &table, nullptr);
+  bool is_public = false;
+  bool found = pgbs::capture::find_stream(ext, name, &id, &schema, &table, &is_public);
   if (found) {
     Oid nsp = get_namespace_oid(schema, true);
     if (OidIsValid(nsp))
       queue = get_relname_relid(table, nsp);
   }
-  if (!OidIsValid(queue))
+  // Only who may broadcast to a private stream learns that it exists (and
+  // its id and queue); anyone may know a public one.
+  const bool may_insert =
+      OidIsValid(queue) && pg_class_aclcheck(queue, GetUserId(), ACL_INSERT) == ACLCHECK_OK;
+  const char *shown = !may_insert ? pgbs::pg::echo(name) : name; // (before any ereport)
+  if (!OidIsValid(queue) || (!is_public && !may_insert))
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("pgbus_stream: stream \"%s\" does not exist", name)));
+                    errmsg("pgbus_stream: stream \"%s\" does not exist", shown),
+                    is_public ? 0 : errhint("A private stream exists only for who may broadcast to it.")));
+  if (!may_insert)
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("pgbus_stream: permission denied to broadcast to stream \"%s\"",
+                           shown),
+                    errhint("GRANT INSERT ON %s.%s TO the publishing role.",
+                            quote_identifier(schema), quote_identifier(table))));
   TupleDesc desc;
   if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
     ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

@@ -483,7 +483,9 @@ bool valid_subscriber_id(std::string_view id, std::string *why) {
 std::string gem_stream_name(std::string_view name) {
   names::QueueNameError err = names::QueueNameError::None;
   const std::string queue = names::queue_name(name, &err);
-  if (err != names::QueueNameError::None)
+  // (queue_name keeps more than the prefix; checked again all the same)
+  if (err != names::QueueNameError::None || queue.size() <= names::kGemPrefix.size() ||
+      queue.compare(0, names::kGemPrefix.size(), names::kGemPrefix) != 0)
     return std::string();
   return queue.substr(names::kGemPrefix.size());
 }

@@ -84,7 +84,9 @@ std::string queue_name(std::string_view logical, QueueNameError *err, std::strin
   std::string full(prefix);
   full.append(logical);
   std::string q = normalize(full);
-  if (q.empty()) {
+  // A logical name the normalisation empties (":", "...", "é") would name
+  // the bare prefix (or a shorter queue): no stream of the gem's.
+  if (q.size() <= prefix.size()) {
     *err = QueueNameError::Empty;
     return {};
   }
@@ -95,6 +97,15 @@ std::string queue_name(std::string_view logical, QueueNameError *err, std::strin
   for (char &c : q)
     c = lower(c);
   return q;
+}
+
+std::string echo(std::string_view text, size_t max) {
+  if (text.size() <= max)
+    return std::string(text);
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)
+    cut--; // not inside a multi-byte character
+  return std::string(text.substr(0, cut)) + "... (" + std::to_string(text.size()) + " bytes)";
 }
 
 bool auto_attach_matches(std::string_view patterns, std::string_view queue) {

@@ -21,8 +21,9 @@ enum class QueueNameError { None, Empty, TooLong };
 // [A-Za-z0-9_] only; else "-", "." and ":" become "_", any other character
 // outside [A-Za-z0-9_] is dropped, runs of "_" collapse to one and leading
 // and trailing "_" go), then lower-cased as PGMQ stores it. Empty with *err
-// set when the logical name is empty or the result is longer than
-// kMaxQueueName (the gem refuses those before creating anything).
+// set when the logical name is empty, keeps no character once normalised
+// (":", "...", "é": Empty), or the result is longer than kMaxQueueName (the
+// gem refuses those before creating anything).
 std::string queue_name(std::string_view logical, QueueNameError *err,
                        std::string_view prefix = kGemPrefix);
 
@@ -38,5 +39,11 @@ bool auto_attach_matches(std::string_view patterns, std::string_view queue);
 // Whether a setting is a valid auto_attach value (for the GUC check hook):
 // items of [A-Za-z0-9_*], at most kMaxQueueName characters each.
 bool valid_auto_attach(std::string_view patterns);
+
+// What an error message shows of a caller's text: at most kEchoMax bytes
+// (cut on a UTF-8 character boundary), then "..." and the full size, so
+// that a 10 MB argument costs its error 100 bytes, not 10 MB in the log.
+constexpr size_t kEchoMax = 64;
+std::string echo(std::string_view text, size_t max = kEchoMax);
 
 } // namespace pgbs::names

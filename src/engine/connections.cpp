@@ -76,6 +76,9 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     lookup(who.signed_name, &failed);
     wanted = {auth::Gate::signed_target(
         who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
+    // A name the gem's normalisation empties (":", "...", "é") names no stream.
+    if (wanted[0].empty())
+      return reject(400, "signed stream name maps to no stream name (no letter, digit or \"_\")\n");
   }
   if (wanted.empty())
     return reject(400, "no stream named\n");

@@ -306,6 +306,15 @@ bool Engine::page(Connection &c, size_t k) {
     // horizon the ones not returned will never be visible, so the token folds them.
     sub.pos.advance(std::min(r.msg_id - 1, st.pos.horizon));
     sub.page_after = r.msg_id; // demote() moves it back below r if r waits
+    if (r.unreadable) {
+      // A row the source cannot turn into a frame: skipped and announced.
+      if (!sub.pos.covers(r.msg_id)) {
+        sub.pos.add(r.msg_id);
+        batch_.failed++;
+        notice(c, k, "\"reason\":\"unreadable\",\"ids\":[" + std::to_string(r.msg_id) + "]");
+      }
+      continue;
+    }
     if (!sub.pos.covers(r.msg_id) && !deliver(c, k, r, item.body ? item.body : encode_body(r))) {
       flush_stats(st, 0);
       return false;

@@ -305,6 +305,12 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
       deleted(st, e.msg_id);
       continue;
     }
+    if (it->second.unreadable) {
+      flush_batch();
+      st.tail_drop(e.msg_id); // a replay across it pages the table, which names it
+      deleted(st, e.msg_id, "unreadable");
+      continue;
+    }
     it->second.commit_us = e.commit_us;
     dispatch(st, it->second);
   }
@@ -518,15 +524,17 @@ void Engine::remember_unread(Stream &st, int64_t id) {
 }
 
 // The ring says the row was committed, the table no longer has it (deleted
-// or archived away before the worker read it): announced, never skipped silently.
-void Engine::deleted(Stream &st, int64_t id) {
+// or archived away before the worker read it) or has it unreadable:
+// announced, never skipped silently.
+void Engine::deleted(Stream &st, int64_t id, const char *reason) {
   if (st.pos.covers(id))
     return;
   batch_.failed++;
   for (Connection *c : std::vector<Connection *>(st.conns))
     for (size_t k = 0; k < c->subs.size(); ++k)
       if (c->subs[k].st == &st && !c->subs[k].position().covers(id))
-        notice(*c, k, "\"reason\":\"deleted\",\"ids\":[" + std::to_string(id) + "]");
+        notice(*c, k,
+               std::string("\"reason\":\"") + reason + "\",\"ids\":[" + std::to_string(id) + "]");
   remember_unread(st, id); // for those that page past it later
   st.pos.add(id);
   st.token_stale = true;

@@ -227,7 +227,7 @@ private:
   void flush_batch();
   void unread(Stream &st, int64_t id);
   void remember_unread(Stream &st, int64_t id);
-  void deleted(Stream &st, int64_t id);
+  void deleted(Stream &st, int64_t id, const char *reason = "deleted");
   void late(Stream &st, int64_t id);
   void ephemeral_lost(Stream &st, uint64_t lost);
   void advance_horizons(const HorizonBounds &b);

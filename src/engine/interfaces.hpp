@@ -25,6 +25,9 @@ struct Row {
   int64_t commit_us = 0;  // from the ring; 0 for rows read from the table
   bool ephemeral = false; // no table row: cannot be paged from the table
   uint64_t exclude = 0;   // broadcast(exclude => ...): this connection does not get it
+  // The row exists but could not be read (a data error in its own cells,
+  // e.g. a corrupt value): skipped with a gap notice, never retried forever.
+  bool unreadable = false;
 };
 
 // A stream of the catalog.

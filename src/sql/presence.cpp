@@ -2,6 +2,7 @@
 // from the connection rows the workers publish in shared memory. Plain
 // PostgreSQL C API only (no C++ objects), so errors cannot skip a destructor.
 #include "capture/capture.hpp"
+#include "pg/echo.hpp"
 #include "shmem/shared.hpp"
 
 extern "C" {
@@ -58,15 +59,17 @@ extern "C" Datum pgbus_stream_presence(PG_FUNCTION_ARGS) {
   int64_t stream_id = 0;
   char *schema, *table;
   bool is_public = false;
+  const char *shown = pgbs::pg::echo(name); // (before any ereport)
   if (!pgbs::capture::find_stream(get_func_namespace(fcinfo->flinfo->fn_oid), name, &stream_id,
                                   &schema, &table, &is_public))
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("pgbus_stream: stream \"%s\" does not exist", name)));
+                    errmsg("pgbus_stream: stream \"%s\" does not exist", shown)));
   if (!is_public && !may_see_private())
     ereport(
         ERROR,
         (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-         errmsg("pgbus_stream: permission denied for the presence of private stream \"%s\"", name),
+         errmsg("pgbus_stream: permission denied for the presence of private stream \"%s\"",
+                shown),
          errhint("Superusers, members of pgbus_stream_monitor and the extension's owner may "
                  "list who is connected to a private stream.")));
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;

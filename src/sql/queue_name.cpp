@@ -11,8 +11,10 @@ extern "C" {
 
 PG_FUNCTION_INFO_V1(pgbus_stream_queue_name);
 PG_FUNCTION_INFO_V1(pgbus_stream_queue_name_or_null);
+PG_FUNCTION_INFO_V1(pgbus_stream_echo);
 }
 
+#include "pg/echo.hpp"
 #include "pg/guard.hpp"
 
 namespace {
@@ -20,6 +22,7 @@ namespace {
 std::string_view arg_text(text *t) { return {VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)}; }
 
 } // namespace
+
 
 // queue_name(logical): the PGMQ queue the pgbus gem uses for a logical stream
 // name. The C++ part runs inside pg::entry; errors are raised after it.
@@ -33,14 +36,21 @@ extern "C" Datum pgbus_stream_queue_name(PG_FUNCTION_ARGS) {
       pgbs::pg::call([&] { result = cstring_to_text_with_len(q.data(), (int)q.size()); });
     return (Datum)0;
   });
-  if (err == pgbs::names::QueueNameError::Empty)
+  const char *shown = err != pgbs::names::QueueNameError::None ? pgbs::pg::echo(arg_text(logical)) : "";
+  if (err == pgbs::names::QueueNameError::Empty && VARSIZE_ANY_EXHDR(logical) == 0)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("pgbus_stream: stream name must not be empty")));
+  if (err == pgbs::names::QueueNameError::Empty)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("pgbus_stream: stream name \"%s\" maps to no queue name",
+                    shown),
+             errdetail("It has no letter, digit or \"_\": the gem's normalisation leaves nothing.")));
   if (err == pgbs::names::QueueNameError::TooLong)
     ereport(ERROR,
             (errcode(ERRCODE_NAME_TOO_LONG),
              errmsg("pgbus_stream: the queue of stream \"%s\" would be longer than %d characters",
-                    text_to_cstring(logical), (int)pgbs::names::kMaxQueueName),
+                    shown, (int)pgbs::names::kMaxQueueName),
              errdetail("Queues are named \"%.*s\" followed by the stream name, with \"-\", \".\" "
                        "and \":\" as \"_\" and other characters outside [A-Za-z0-9_] dropped.",
                        (int)pgbs::names::kGemPrefix.size(), pgbs::names::kGemPrefix.data())));
@@ -61,4 +71,10 @@ extern "C" Datum pgbus_stream_queue_name_or_null(PG_FUNCTION_ARGS) {
   if (result == nullptr)
     PG_RETURN_NULL();
   PG_RETURN_TEXT_P(result);
+}
+
+// _echo(text): what an error message shows of a caller's text
+// (names::echo: at most 64 bytes, then "..." and the size).
+extern "C" Datum pgbus_stream_echo(PG_FUNCTION_ARGS) {
+  PG_RETURN_TEXT_P(cstring_to_text(pgbs::pg::echo(arg_text(PG_GETARG_TEXT_PP(0)))));
 }

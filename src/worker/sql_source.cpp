@@ -3,6 +3,7 @@
 #include "worker/sql_source.hpp"
 #include "core/auth.hpp"
 #include "core/sse.hpp"
+#include "engine/row_decode.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 
@@ -15,11 +16,23 @@ constexpr const char *kLockTimeout = "20ms";
 // No worker statement should run longer; a slower one is cancelled and retried.
 constexpr const char *kStatementTimeout = "2s";
 
-int64_t to_i64(const std::optional<std::string> &s) { return s ? std::stoll(*s) : 0; }
+int64_t to_i64(const std::optional<std::string> &s) {
+  int64_t v = 0;
+  return s && engine::parse_i64(*s, &v) ? v : 0;
+}
+
+// An error that one row's cells can cause (a data exception, a corrupt or
+// oversized value), as opposed to a lock, a timeout or a missing table.
+bool row_data_error(int code) {
+  return ERRCODE_TO_CATEGORY(code) == ERRCODE_DATA_EXCEPTION || code == ERRCODE_DATA_CORRUPTED ||
+         code == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+}
 
 // Runs fn(tx) in its own transaction with the timeouts above; false (and a
-// warning) when anything in it failed: nothing of it is used.
-template <typename F> bool run(const char *what, F &&fn) {
+// warning) when anything in it failed: nothing of it is used. With
+// data_error, a failure row_data_error() names is reported there instead of
+// warned about (the caller reads row by row).
+template <typename F> bool run(const char *what, F &&fn, bool *data_error = nullptr) {
   try {
     pg::SpiTx tx;
     tx.query("SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, "
@@ -29,6 +42,10 @@ template <typename F> bool run(const char *what, F &&fn) {
     tx.commit();
     return true;
   } catch (const pg::Error &e) {
+    if (data_error && row_data_error(e.sqlerrcode())) {
+      *data_error = true;
+      return false;
+    }
     pg::warn(std::string(what) + " failed (retried later): " + e.what());
     return false;
   } catch (const std::exception &e) { // e.g. std::stoll on a malformed value
@@ -158,28 +175,83 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
   auto it = rows_sql_.find(s.id);
   if (it == rows_sql_.end())
     return false;
-  return run("row read", [&](pg::SpiTx &tx) {
-    std::vector<pg::Arg> args;
-    if (ids)
-      args.push_back(pg::Arg::int8_array(*ids));
-    else {
-      args.push_back(pg::Arg::int8(after));
-      args.push_back(pg::Arg::int8(limit));
+  std::vector<pg::Arg> args;
+  if (ids)
+    args.push_back(pg::Arg::int8_array(*ids));
+  else {
+    args.push_back(pg::Arg::int8(after));
+    args.push_back(pg::Arg::int8(limit));
+  }
+  const size_t before = out->size();
+  bool data_error = false;
+  const bool ok = run(
+      "row read",
+      [&](pg::SpiTx &tx) {
+        pg::Table t = tx.query(it->second + " " + where, args);
+        out->reserve(out->size() + t.rows());
+        for (size_t r = 0; r < t.rows(); r++) {
+          engine::Row row;
+          if (engine::decode_row(&t.cells[r * t.ncols], t.ncols, &row))
+            out->push_back(std::move(row));
+        }
+      },
+      &data_error);
+  if (ok || !data_error)
+    return ok;
+  out->resize(before);
+  return rows_one_by_one(s, it->second, where, args, out);
+}
+
+// A read that failed on the data of some row: the ids alone (which no cell
+// can fail), then each row on its own; a row that still fails for its data
+// comes back unreadable (the engine skips it with a gap notice), warned
+// about once per worker.
+bool SqlRowSource::rows_one_by_one(const engine::StreamInfo &s, const std::string &sql,
+                                   const std::string &where, const std::vector<pg::Arg> &args,
+                                   std::vector<engine::Row> *out) {
+  std::vector<int64_t> ids;
+  if (!run("row read (ids)", [&](pg::SpiTx &tx) {
+        pg::Table t = tx.query("SELECT msg_id FROM (" + sql + " " + where + ") x", args);
+        for (size_t r = 0; r < t.rows(); r++)
+          if (t.at(r, 0))
+            ids.push_back(to_i64(t.at(r, 0)));
+      }))
+    return false;
+  for (int64_t id : ids) {
+    bool bad = false;
+    std::string why;
+    const bool ok = run(
+        "row read",
+        [&](pg::SpiTx &tx) {
+          try {
+            pg::Table t = tx.query(sql + " WHERE msg_id = $1", {pg::Arg::int8(id)});
+            for (size_t r = 0; r < t.rows(); r++) {
+              engine::Row row;
+              if (engine::decode_row(&t.cells[r * t.ncols], t.ncols, &row))
+                out->push_back(std::move(row));
+            }
+          } catch (const pg::Error &e) {
+            why = e.what();
+            throw;
+          }
+        },
+        &bad);
+    if (ok)
+      continue;
+    if (!bad)
+      return false; // a lock or a timeout: the whole read again later
+    engine::Row row;
+    row.msg_id = id;
+    row.unreadable = true;
+    out->push_back(std::move(row));
+    if (unreadable_warned_.insert({s.id, id}).second) {
+      if (unreadable_warned_.size() > 10000)
+        unreadable_warned_.erase(unreadable_warned_.begin());
+      pg::warn("stream \"" + s.name + "\": row " + std::to_string(id) +
+               " cannot be read and is skipped (subscribers get a gap notice): " + why);
     }
-    pg::Table t = tx.query(it->second + " " + where, args);
-    out->reserve(out->size() + t.rows());
-    for (size_t r = 0; r < t.rows(); r++) {
-      engine::Row row;
-      row.msg_id = to_i64(t.at(r, 0));
-      row.data = t.at(r, 1).value_or("");
-      row.event = t.at(r, 2);
-      row.visible_to = t.at(r, 3);
-      row.enqueued_us = to_i64(t.at(r, 4));
-      if (t.ncols > 5 && t.at(r, 5))
-        auth::parse_connection_id(*t.at(r, 5), &row.exclude);
-      out->push_back(std::move(row));
-    }
-  });
+  }
+  return true;
 }
 
 bool SqlRowSource::rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,

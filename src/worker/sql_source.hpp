@@ -5,7 +5,9 @@
 // again later (docs/ARCHITECTURE.md, "SQL on the event loop").
 #pragma once
 #include "engine/interfaces.hpp"
+#include "pg/spi.hpp"
 
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -37,6 +39,11 @@ public:
 private:
   bool rows(const engine::StreamInfo &s, const std::string &where, const std::vector<int64_t> *ids,
             int64_t after, int64_t limit, std::vector<engine::Row> *out);
+  bool rows_one_by_one(const engine::StreamInfo &s, const std::string &sql,
+                       const std::string &where, const std::vector<pg::Arg> &args,
+                       std::vector<engine::Row> *out);
+  // (stream, msg_id) of unreadable rows already warned about (bounded)
+  std::set<std::pair<int64_t, int64_t>> unreadable_warned_;
   // SELECT msg_id, data, event, visible_to, enqueued_us FROM <queue ∪ archive> m, per stream
   std::unordered_map<int64_t, std::string> rows_sql_;
   // SELECT greatest(max(msg_id) of the queue, of the archive), per stream

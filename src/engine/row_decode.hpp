@@ -1,0 +1,23 @@
+// A stream's row as the row source's query returns it (text cells, in the
+// order of pgbus_stream._rows_sql: msg_id, data, event, visible_to,
+// enqueued_us, exclude) turned into a Row. Whatever a cell holds, nothing
+// here throws: a queue row is a producer's input. Plain C++, no PostgreSQL.
+#pragma once
+#include "engine/interfaces.hpp"
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pgbs::engine {
+
+// A decimal int64 ("-12", "42"), nothing else; false on anything else or
+// out of range (no exception, unlike std::stoll).
+bool parse_i64(std::string_view text, int64_t *out);
+
+// One row from ncols cells. False when the row has no usable msg_id (no id
+// to name it by): the caller leaves it out. Other cells that cannot be read
+// take their defaults (no event, enqueued_us 0, no exclude).
+bool decode_row(const std::optional<std::string> *cells, int ncols, Row *out);
+
+} // namespace pgbs::engine
