@@ -15,11 +15,13 @@ extern "C" {
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/lockdefs.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 }
 
 namespace pgbs::pg {
@@ -169,6 +171,10 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
       nest = NewGUCNestLevel();
       (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
                               GUC_ACTION_SAVE, true, 0, false);
+      // A worker has no client loop to arm statement_timeout: armed here,
+      // before the owner's code runs (a SET of its own cannot lift it).
+      if (StatementTimeout > 0)
+        enable_timeout_after(STATEMENT_TIMEOUT, StatementTimeout);
     }
     PG_TRY();
     {
@@ -184,14 +190,18 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
             raw.cells[r * raw.ncols + c] =
                 SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
       }
-      if (as_role != 0)
+      if (as_role != 0) {
+        disable_timeout(STATEMENT_TIMEOUT, false);
         AtEOXact_GUC(false, nest); // undoes every SET of the statement, session-level too
+      }
     }
     PG_CATCH();
     {
       // The settings go back when the caller aborts the transaction.
-      if (as_role != 0)
+      if (as_role != 0) {
+        disable_timeout(STATEMENT_TIMEOUT, false);
         SetUserIdAndSecContext(save_user, save_sec);
+      }
       PG_RE_THROW();
     }
     PG_END_TRY();

@@ -58,9 +58,10 @@ public:
   // PostgreSQL's VACUUM and REFRESH MATERIALIZED VIEW run a table owner's
   // code: current user the role, inside a security-restricted operation (no
   // SET ROLE, no session authorization, no temporary objects), search_path
-  // pg_catalog, pg_temp. The worker's user and every setting the statement
-  // changed (even with a session-level SET) are restored after it, also when
-  // it fails (docs/ARCHITECTURE.md, "Whose rights").
+  // pg_catalog, pg_temp, and the transaction's statement_timeout armed. The
+  // worker's user and every setting the statement changed (even with a
+  // session-level SET) are restored after it, also when it fails
+  // (docs/ARCHITECTURE.md, "Whose rights").
   Table query(const std::string &sql, const std::vector<Arg> &args = {}, bool read_only = true,
               unsigned as_role = 0);
   // Locks tables (a queue and its archive) until the transaction ends, for

@@ -12,7 +12,8 @@
 # security-restricted operation with search_path pg_catalog, pg_temp; the
 # role stays what it was; the search_path it set does not outlive the
 # statement. A rule put on the queue after attach makes retention skip it,
-# with one logged reason.
+# with one logged reason. A trigger that never ends is cancelled by the
+# worker's statement_timeout.
 use strict;
 use warnings;
 
@@ -140,6 +141,29 @@ is(q1(q{SELECT count(*) FROM pgmq.q_pgbus_ret}) . '/' . q1(q{SELECT count(*) FRO
 	'the row stays, the rule never ran');
 my @said = slurp_file($pg->logfile) =~ /(pgmq\.q_pgbus_ret is not a queue table: it has rules)/g;
 cmp_ok(scalar @said, '<=', 2, 'the reason is logged once per worker, not at every retry');
+
+# An owner's trigger that never ends: the statement is cancelled after the
+# worker's statement_timeout (2 s), a SET of its own notwithstanding, and the
+# worker goes on serving other streams meanwhile.
+ok(defined as_app(q{
+SELECT pgmq.create('pgbus_slow');
+CREATE FUNCTION applog.stall() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  PERFORM set_config('statement_timeout', '0', true);
+  PERFORM pg_sleep(120);
+  RETURN OLD;
+END $f$;
+CREATE TRIGGER stall BEFORE DELETE ON pgmq.q_pgbus_slow FOR EACH ROW EXECUTE FUNCTION applog.stall();
+SELECT pgmq.send('pgbus_slow', '{"html": "old"}');
+}), 'the owner of another queue puts a trigger that sleeps for two minutes on it');
+ok(wait_for(sub { slurp_file($pg->logfile) =~ /retention failed \(retried later\): canceling statement due to statement timeout/ }, 20),
+	'retention of that queue is cancelled by the statement timeout');
+$c = $pg->open_stream('marker');
+my $t0 = time;
+$pg->broadcast('marker', 'not stalled');
+ok($c->wait_for_data_events(1, 15), 'other streams still deliver');
+cmp_ok(time - $t0, '<', 15, '... within seconds, not minutes');
+$c->close;
 
 $pg->finish;
 done_testing();
