@@ -680,13 +680,16 @@ END $$;
 
 -- _on_create_table (event trigger, ddl_command_end of CREATE TABLE) hooks a
 -- new pgmq.q_<queue> that auto_attach matches, and records a new
--- pgmq.a_<queue> as the archive of its stream. pgmq.create() runs as the
--- application's role, hence SECURITY DEFINER.
+-- pgmq.a_<queue> as the archive of its stream if it can be one and has the
+-- queue's owner (retention moves the queue's rows there as that owner).
+-- pgmq.create() runs as the application's role, hence SECURITY DEFINER.
 CREATE FUNCTION @extschema@._on_create_table() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   rel oid;
   t text;
+  queue regclass;
+  problem text;
 BEGIN
   FOR rel IN SELECT d.objid FROM pg_event_trigger_ddl_commands() d
               WHERE d.classid = 'pg_class'::regclass AND d.schema_name = 'pgmq' AND d.object_type = 'table' LOOP
@@ -699,9 +702,19 @@ BEGIN
       IF @extschema@._auto_attach_match(substr(t, 3)) THEN
         PERFORM @extschema@._auto_attach(substr(t, 3));
       END IF;
-    ELSE
-      UPDATE @extschema@.streams SET archive_table = t
-       WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL;
+    ELSIF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = 'pgmq'
+                     AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL) THEN
+      queue := to_regclass(format('pgmq.%I', 'q_' || substr(t, 3)));
+      problem := coalesce(@extschema@._queue_problem(rel),
+                          CASE WHEN (SELECT relowner FROM pg_class WHERE oid = rel)
+                                    IS DISTINCT FROM (SELECT relowner FROM pg_class WHERE oid = queue)
+                               THEN 'it belongs to another role than the queue' END);
+      IF problem IS NULL THEN
+        UPDATE @extschema@.streams SET archive_table = t
+         WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL;
+      ELSE
+        RAISE WARNING 'pgbus_stream: pgmq.% is not taken as the archive of pgmq.%: %', t, 'q_' || substr(t, 3), problem;
+      END IF;
     END IF;
   END LOOP;
 END $$;

@@ -227,12 +227,13 @@ unsigned SpiTx::queue_owner(const std::vector<TableName> &tables, bool write, st
   call([&] {
     for (const TableName &t : *tp) {
       RangeVar *rv = makeRangeVar(pstrdup(t.schema.c_str()), pstrdup(t.table.c_str()), -1);
-      const Oid relid = RangeVarGetRelidExtended(rv, write ? RowExclusiveLock : AccessShareLock,
-                                                 RVR_MISSING_OK, nullptr, nullptr);
+      // (a table that is gone is PostgreSQL's error, as for any statement)
+      const Oid relid = RangeVarGetRelidExtended(rv, write ? RowExclusiveLock : AccessShareLock, 0,
+                                                 nullptr, nullptr);
       const char *name = quote_qualified_identifier(rv->schemaname, rv->relname);
-      char problem[200] = "it does not exist";
+      char problem[200];
       unsigned table_owner = 0;
-      if (!OidIsValid(relid) || !queue_table_ok(relid, &table_owner, problem, sizeof(problem))) {
+      if (!queue_table_ok(relid, &table_owner, problem, sizeof(problem))) {
         snprintf(reason, sizeof(reason), "%s is not a queue table: %s", name, problem);
         owner = InvalidOid;
         return;

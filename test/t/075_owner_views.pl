@@ -16,7 +16,9 @@
 # it. D: attach(), auto-attach and the hook refuse a view,
 # a table with rules, a foreign table, a partitioned table with a foreign
 # partition, the wrong columns and an archive of another owner, each with a
-# clear reason; a partitioned table of plain partitions is still a queue.
+# clear reason (the auto-attach event trigger does not record another
+# role's archive either); a partitioned table of plain partitions is still
+# a queue.
 use strict;
 use warnings;
 
@@ -185,6 +187,17 @@ is($rc, 0, 'a table of the wrong shape made in pgmq: its CREATE TABLE succeeds')
 like($err, qr/not auto-attached: .*q_pgbus_autotext is not a PGMQ queue table: column message is text, not jsonb/,
 	'... auto-attach skips it with a warning saying why');
 is(q1(q{SELECT count(*) FROM pgbus_stream.streams WHERE queue_table = 'q_pgbus_autotext'}), '0', '... and it is not a stream');
+
+# Another role's archive for a queue that has none: not recorded (retention
+# would move the queue's rows into a table that role controls).
+q1(q{CREATE TABLE pgmq.q_pgbus_victim (msg_id bigint GENERATED ALWAYS AS IDENTITY, read_ct integer NOT NULL DEFAULT 0,
+	enqueued_at timestamptz NOT NULL DEFAULT now(), vt timestamptz NOT NULL DEFAULT now(), message jsonb)});
+($rc, $out, $err) = $pg->psql('postgres', qq{CREATE TABLE pgmq.a_pgbus_victim ($shape, archived_at timestamptz)},
+	extra_params => [ '-U', 'app' ]);
+like($err, qr/pgmq\.a_pgbus_victim is not taken as the archive of pgmq\.q_pgbus_victim: it belongs to another role/,
+	'an archive made by another role for a queue: a warning');
+is(q1(q{SELECT coalesce(archive_table, 'none') FROM pgbus_stream.streams WHERE name = 'victim'}), 'none',
+	'... and it is not recorded as the archive');
 
 # A queue given a rule after it was auto-attached: the hook refuses it, and
 # so does a subscription (nothing is put on the table, nothing of it runs).
