@@ -25,8 +25,12 @@ struct Column {
   bool required;
 };
 const Column kColumns[] = {
-    {"msg_id", INT8OID, true},     {"read_ct", INT4OID, true}, {"enqueued_at", TIMESTAMPTZOID, true},
-    {"vt", TIMESTAMPTZOID, true},  {"message", JSONBOID, true}, {"headers", JSONBOID, false},
+    {"msg_id", INT8OID, true},
+    {"read_ct", INT4OID, true},
+    {"enqueued_at", TIMESTAMPTZOID, true},
+    {"vt", TIMESTAMPTZOID, true},
+    {"message", JSONBOID, true},
+    {"headers", JSONBOID, false},
 };
 
 const char *kind_name(char relkind) {

@@ -153,9 +153,8 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true), "
         // the tables the two statements above read (as _rows_sql() decides)
         "       s.queue_schema, s.queue_table, "
-        "       CASE WHEN s.archive_table IS NOT NULL AND "
-        "                 to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL "
-        "            THEN s.archive_table END "
+        "       CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', "
+        "                 s.queue_schema, s.archive_table)) IS NOT NULL THEN s.archive_table END "
         "FROM pgbus_stream.streams s "
         "WHERE " +
             (only.empty() ? queue_exists : "CASE WHEN " + only + " THEN " + queue_exists + " END") +
@@ -373,8 +372,7 @@ SELECT s.retention_floor,
 bool SqlRowSource::apply_retention(const engine::StreamInfo &s, int batch, int64_t *removed,
                                    int64_t *floor) {
   return run("retention", [&](pg::SpiTx &tx) {
-    pg::Table plan =
-        tx.query(kRetentionPlan, {pg::Arg::int8(s.id), pg::Arg::int8(batch)});
+    pg::Table plan = tx.query(kRetentionPlan, {pg::Arg::int8(s.id), pg::Arg::int8(batch)});
     *removed = 0;
     *floor = plan.rows() ? to_i64(plan.at(0, 0)) : 0;
     if (plan.rows() == 0 || !plan.at(0, 1))
