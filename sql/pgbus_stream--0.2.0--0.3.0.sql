@@ -181,3 +181,165 @@ LANGUAGE sql STABLE AS $$
          ELSE '' END)
 $$;
 
+-- Code a table owner controls never runs with the workers' rights: one rule
+-- for what a queue (or archive) table may be, checked by attach(),
+-- create_stream(), auto-attach and the hook; stats() reads no table that is
+-- not one; retention is run by the workers themselves, as the queue's owner
+-- (it was _apply_retention(), run with the workers' rights).
+-- _queue_problem says why a table cannot be taken as a queue (or archive)
+-- table, or NULL when it can: a plain or partitioned table without rules,
+-- with PGMQ's columns (msg_id bigint, read_ct integer, enqueued_at and vt
+-- timestamptz, message jsonb; headers, if present, jsonb), whose partitions
+-- are plain tables of the same owner without rules. The workers check the
+-- same before each statement on a queue: its owner may change it any time.
+CREATE FUNCTION @extschema@._queue_problem(rel regclass) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_queue_problem' LANGUAGE C STABLE STRICT;
+
+CREATE OR REPLACE FUNCTION @extschema@._hook(p_name text, p_queue text, p_schema text, p_table text,
+                                  p_archive text, p_kind text, p_public boolean,
+                                  p_retention interval, p_auto boolean DEFAULT false)
+RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams;
+  rel regclass := to_regclass(format('%I.%I', p_schema, p_table));
+  archive regclass;
+  problem text;
+BEGIN
+  IF rel IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: queue table %.% does not exist', p_schema, p_table
+      USING ERRCODE = 'undefined_table';
+  END IF;
+  problem := @extschema@._queue_problem(rel);
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ queue table: %', rel, problem
+      USING ERRCODE = 'wrong_object_type';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE name = p_name) THEN
+    RAISE EXCEPTION 'pgbus_stream: stream "%" already exists', p_name USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = p_schema AND queue_table = p_table) THEN
+    RAISE EXCEPTION 'pgbus_stream: queue % is already attached', rel USING ERRCODE = 'duplicate_object';
+  END IF;
+  IF p_archive IS NOT NULL THEN
+    archive := to_regclass(format('%I.%I', p_schema, p_archive));
+  END IF;
+  IF archive IS NULL THEN
+    p_archive := NULL;
+  ELSE
+    problem := coalesce(@extschema@._queue_problem(archive),
+                        CASE WHEN (SELECT relowner FROM pg_class WHERE oid = archive)
+                                  <> (SELECT relowner FROM pg_class WHERE oid = rel)
+                             THEN 'it belongs to another role than the queue' END);
+    IF problem IS NOT NULL THEN
+      RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ archive table: %', archive, problem
+        USING ERRCODE = 'wrong_object_type';
+    END IF;
+  END IF;
+  INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public,
+                                   retention, retention_set, auto_attached, hooked)
+  VALUES (p_name, p_queue, p_schema, p_table, p_archive, p_kind, p_public, p_retention, p_retention IS NOT NULL,
+          p_auto, false)
+  RETURNING * INTO s;
+  IF p_auto THEN
+    -- No triggers until someone subscribes (_hook_triggers): a queue nobody
+    -- watches, like the gem's job queues, costs its producers nothing.
+    -- Workers learn of the stream from its first subscription, or at commit
+    -- when a subscription waits for it (_stream_born); such a queue is hooked
+    -- now, so that the sends of this very transaction are captured.
+    PERFORM @extschema@._stream_born(s.id);
+    IF @extschema@._stream_awaited(p_name) THEN
+      PERFORM @extschema@._hook_triggers(s.id);
+      SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
+    END IF;
+    RETURN s;
+  END IF;
+  PERFORM @extschema@._hook_triggers(s.id);
+  PERFORM @extschema@._catalog_changed(s.id, true);
+  SELECT * INTO s FROM @extschema@.streams WHERE id = s.id;
+  RETURN s;
+END $$;
+
+
+CREATE OR REPLACE FUNCTION @extschema@._hook_triggers(stream_id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  s @extschema@.streams;
+  problem text;
+BEGIN
+  SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id FOR UPDATE;
+  IF NOT FOUND OR s.hooked THEN
+    RETURN;
+  END IF;
+  -- its owner may have changed it since it was attached
+  problem := @extschema@._queue_problem(format('%I.%I', s.queue_schema, s.queue_table)::regclass);
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: %.% is not a PGMQ queue table: %', s.queue_schema, s.queue_table, problem
+      USING ERRCODE = 'wrong_object_type';
+  END IF;
+  EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I FOR EACH ROW '
+                 'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
+  EXECUTE format('ALTER TABLE %I.%I ENABLE ALWAYS TRIGGER pgbus_stream_capture', s.queue_schema, s.queue_table);
+  UPDATE @extschema@.streams SET hooked = true WHERE id = s.id;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@._oldest_id(s @extschema@.streams) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+  q regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
+  a regclass := CASE WHEN s.archive_table IS NOT NULL
+                     THEN to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) END;
+BEGIN
+  IF q IS NULL OR @extschema@._queue_problem(q) IS NOT NULL
+     OR (a IS NOT NULL AND @extschema@._queue_problem(a) IS NOT NULL) THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE format('SELECT min(msg_id) FROM %I.%I', s.queue_schema, s.queue_table) INTO v;
+  IF a IS NOT NULL THEN
+    EXECUTE format('SELECT least($1, (SELECT min(msg_id) FROM %I.%I))', s.queue_schema, s.archive_table)
+      INTO v USING v;
+  END IF;
+  RETURN v;
+END $$;
+
+DROP FUNCTION @extschema@._apply_retention(bigint, int);
+-- _on_create_table (event trigger, ddl_command_end of CREATE TABLE) hooks a
+-- new pgmq.q_<queue> that auto_attach matches, and records a new
+-- pgmq.a_<queue> as the archive of its stream if it can be one and has the
+-- queue's owner (retention moves the queue's rows there as that owner).
+-- pgmq.create() runs as the application's role, hence SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION @extschema@._on_create_table() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  rel oid;
+  t text;
+  queue regclass;
+  problem text;
+BEGIN
+  FOR rel IN SELECT d.objid FROM pg_event_trigger_ddl_commands() d
+              WHERE d.classid = 'pg_class'::regclass AND d.schema_name = 'pgmq' AND d.object_type = 'table' LOOP
+    -- one index lookup per new table (a join may scan all of pg_class)
+    SELECT c.relname INTO t FROM pg_class c WHERE c.oid = rel AND NOT c.relispartition;
+    IF t IS NULL OR t !~ '^[qa]_' THEN
+      CONTINUE;
+    END IF;
+    IF starts_with(t, 'q_') THEN
+      IF @extschema@._auto_attach_match(substr(t, 3)) THEN
+        PERFORM @extschema@._auto_attach(substr(t, 3));
+      END IF;
+    ELSIF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = 'pgmq'
+                     AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL) THEN
+      queue := to_regclass(format('pgmq.%I', 'q_' || substr(t, 3)));
+      problem := coalesce(@extschema@._queue_problem(rel),
+                          CASE WHEN (SELECT relowner FROM pg_class WHERE oid = rel)
+                                    IS DISTINCT FROM (SELECT relowner FROM pg_class WHERE oid = queue)
+                               THEN 'it belongs to another role than the queue' END);
+      IF problem IS NULL THEN
+        UPDATE @extschema@.streams SET archive_table = t
+         WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL;
+      ELSE
+        RAISE WARNING 'pgbus_stream: pgmq.% is not taken as the archive of pgmq.%: %', t, 'q_' || substr(t, 3), problem;
+      END IF;
+    END IF;
+  END LOOP;
+END $$;

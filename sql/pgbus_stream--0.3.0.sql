@@ -101,6 +101,15 @@ BEGIN
   END IF;
 END $$;
 
+-- _queue_problem says why a table cannot be taken as a queue (or archive)
+-- table, or NULL when it can: a plain or partitioned table without rules,
+-- with PGMQ's columns (msg_id bigint, read_ct integer, enqueued_at and vt
+-- timestamptz, message jsonb; headers, if present, jsonb), whose partitions
+-- are plain tables of the same owner without rules. The workers check the
+-- same before each statement on a queue: its owner may change it any time.
+CREATE FUNCTION @extschema@._queue_problem(rel regclass) RETURNS text
+  AS 'MODULE_PATHNAME', 'pgbus_stream_queue_problem' LANGUAGE C STABLE STRICT;
+
 -- _hook installs the capture trigger on a queue table and records the stream.
 CREATE FUNCTION @extschema@._hook(p_name text, p_queue text, p_schema text, p_table text,
                                   p_archive text, p_kind text, p_public boolean,
@@ -109,16 +118,16 @@ RETURNS @extschema@.streams LANGUAGE plpgsql AS $$
 DECLARE
   s @extschema@.streams;
   rel regclass := to_regclass(format('%I.%I', p_schema, p_table));
+  archive regclass;
+  problem text;
 BEGIN
   IF rel IS NULL THEN
     RAISE EXCEPTION 'pgbus_stream: queue table %.% does not exist', p_schema, p_table
       USING ERRCODE = 'undefined_table';
   END IF;
-  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'msg_id' AND NOT attisdropped
-                 AND atttypid = 'bigint'::regtype)
-     OR NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'message' AND NOT attisdropped
-                    AND atttypid = 'jsonb'::regtype) THEN
-    RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ queue table (needs msg_id bigint and message jsonb)', rel
+  problem := @extschema@._queue_problem(rel);
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ queue table: %', rel, problem
       USING ERRCODE = 'wrong_object_type';
   END IF;
   IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE name = p_name) THEN
@@ -127,8 +136,20 @@ BEGIN
   IF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = p_schema AND queue_table = p_table) THEN
     RAISE EXCEPTION 'pgbus_stream: queue % is already attached', rel USING ERRCODE = 'duplicate_object';
   END IF;
-  IF p_archive IS NOT NULL AND to_regclass(format('%I.%I', p_schema, p_archive)) IS NULL THEN
+  IF p_archive IS NOT NULL THEN
+    archive := to_regclass(format('%I.%I', p_schema, p_archive));
+  END IF;
+  IF archive IS NULL THEN
     p_archive := NULL;
+  ELSE
+    problem := coalesce(@extschema@._queue_problem(archive),
+                        CASE WHEN (SELECT relowner FROM pg_class WHERE oid = archive)
+                                  <> (SELECT relowner FROM pg_class WHERE oid = rel)
+                             THEN 'it belongs to another role than the queue' END);
+    IF problem IS NOT NULL THEN
+      RAISE EXCEPTION 'pgbus_stream: % is not a PGMQ archive table: %', archive, problem
+        USING ERRCODE = 'wrong_object_type';
+    END IF;
   END IF;
   INSERT INTO @extschema@.streams (name, queue_name, queue_schema, queue_table, archive_table, kind, public,
                                    retention, retention_set, auto_attached, hooked)
@@ -164,11 +185,19 @@ END $$;
 -- is in the table (replayed from there) and every later one is captured.
 CREATE FUNCTION @extschema@._hook_triggers(stream_id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE s @extschema@.streams;
+DECLARE
+  s @extschema@.streams;
+  problem text;
 BEGIN
   SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id FOR UPDATE;
   IF NOT FOUND OR s.hooked THEN
     RETURN;
+  END IF;
+  -- its owner may have changed it since it was attached
+  problem := @extschema@._queue_problem(format('%I.%I', s.queue_schema, s.queue_table)::regclass);
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: %.% is not a PGMQ queue table: %', s.queue_schema, s.queue_table, problem
+      USING ERRCODE = 'wrong_object_type';
   END IF;
   EXECUTE format('CREATE TRIGGER pgbus_stream_capture AFTER INSERT ON %I.%I FOR EACH ROW '
                  'EXECUTE FUNCTION @extschema@._capture(%L)', s.queue_schema, s.queue_table, s.id);
@@ -409,16 +438,23 @@ CREATE FUNCTION @extschema@._stream_stats(
   OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_dropped bigint, OUT horizon bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
 
--- _oldest_id is the lowest msg_id a stream still holds (queue or archive).
+-- _oldest_id is the lowest msg_id a stream still holds (queue or archive);
+-- NULL when a table is not one a queue can be (a view, rules: reading it
+-- would run its owner's code with the caller's rights).
 CREATE FUNCTION @extschema@._oldest_id(s @extschema@.streams) RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
-DECLARE v bigint;
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+  q regclass := to_regclass(format('%I.%I', s.queue_schema, s.queue_table));
+  a regclass := CASE WHEN s.archive_table IS NOT NULL
+                     THEN to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) END;
 BEGIN
-  IF to_regclass(format('%I.%I', s.queue_schema, s.queue_table)) IS NULL THEN
+  IF q IS NULL OR @extschema@._queue_problem(q) IS NOT NULL
+     OR (a IS NOT NULL AND @extschema@._queue_problem(a) IS NOT NULL) THEN
     RETURN NULL;
   END IF;
   EXECUTE format('SELECT min(msg_id) FROM %I.%I', s.queue_schema, s.queue_table) INTO v;
-  IF s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL THEN
+  IF a IS NOT NULL THEN
     EXECUTE format('SELECT least($1, (SELECT min(msg_id) FROM %I.%I))', s.queue_schema, s.archive_table)
       INTO v USING v;
   END IF;
@@ -514,57 +550,6 @@ BEGIN
   UPDATE @extschema@.streams SET retention = max_age, retention_max = max_messages, retention_set = true
    WHERE id = s.id;
   PERFORM @extschema@._catalog_changed(s.id);
-END $$;
-
--- _apply_retention removes at most batch rows of one stream that are older
--- than its retention or beyond its message limit; returns how many and the
--- highest id removed (which becomes the stream's retention floor).
-CREATE FUNCTION @extschema@._apply_retention(stream_id bigint, batch int, OUT removed bigint, OUT floor bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-  s @extschema@.streams;
-  cutoff bigint := 0;
-  q text;
-BEGIN
-  removed := 0;
-  SELECT * INTO s FROM @extschema@.streams WHERE id = stream_id;
-  IF FOUND AND NOT s.retention_set AND s.retention IS NULL AND s.retention_max IS NULL THEN
-    s.retention := nullif(current_setting('pgbus_stream.default_retention')::interval, interval '0');
-  END IF;
-  IF NOT FOUND OR (s.retention IS NULL AND s.retention_max IS NULL) THEN
-    floor := coalesce(s.retention_floor, 0);
-    RETURN;
-  END IF;
-  q := format('%I.%I', s.queue_schema, s.queue_table);
-  IF s.retention_max IS NOT NULL THEN
-    EXECUTE format('SELECT coalesce((SELECT msg_id FROM %s ORDER BY msg_id DESC OFFSET $1 LIMIT 1), 0)', q)
-      INTO cutoff USING s.retention_max;
-  END IF;
-  IF s.kind = 'pgmq' AND s.archive_table IS NOT NULL THEN
-    EXECUTE format($f$WITH victims AS (
-        SELECT msg_id FROM %1$s
-         WHERE msg_id <= $1 OR ($2::interval IS NOT NULL AND enqueued_at < now() - $2::interval)
-         ORDER BY msg_id LIMIT $3),
-      moved AS (DELETE FROM %1$s t USING victims v WHERE t.msg_id = v.msg_id
-                RETURNING t.msg_id, t.read_ct, t.enqueued_at, t.vt, t.message),
-      ins AS (INSERT INTO %2$I.%3$I (msg_id, read_ct, enqueued_at, vt, message)
-              SELECT msg_id, read_ct, enqueued_at, vt, message FROM moved RETURNING msg_id)
-      SELECT count(*), 0 FROM ins$f$, q, s.queue_schema, s.archive_table)
-      INTO removed, floor USING cutoff, s.retention, batch;
-    floor := s.retention_floor;  -- archived rows stay replayable
-    RETURN;
-  END IF;
-  EXECUTE format($f$WITH victims AS (
-      SELECT msg_id FROM %1$s
-       WHERE msg_id <= $1 OR ($2::interval IS NOT NULL AND enqueued_at < now() - $2::interval)
-       ORDER BY msg_id LIMIT $3),
-    gone AS (DELETE FROM %1$s t USING victims v WHERE t.msg_id = v.msg_id RETURNING t.msg_id)
-    SELECT count(*), coalesce(max(msg_id), 0) FROM gone$f$, q)
-    INTO removed, floor USING cutoff, s.retention, batch;
-  floor := greatest(floor, s.retention_floor);
-  IF floor > s.retention_floor THEN
-    UPDATE @extschema@.streams SET retention_floor = floor WHERE id = s.id;
-  END IF;
 END $$;
 
 -- diagnostics() lists recent connection lifecycle events (subscribed,
@@ -712,13 +697,16 @@ END $$;
 
 -- _on_create_table (event trigger, ddl_command_end of CREATE TABLE) hooks a
 -- new pgmq.q_<queue> that auto_attach matches, and records a new
--- pgmq.a_<queue> as the archive of its stream. pgmq.create() runs as the
--- application's role, hence SECURITY DEFINER.
+-- pgmq.a_<queue> as the archive of its stream if it can be one and has the
+-- queue's owner (retention moves the queue's rows there as that owner).
+-- pgmq.create() runs as the application's role, hence SECURITY DEFINER.
 CREATE FUNCTION @extschema@._on_create_table() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   rel oid;
   t text;
+  queue regclass;
+  problem text;
 BEGIN
   FOR rel IN SELECT d.objid FROM pg_event_trigger_ddl_commands() d
               WHERE d.classid = 'pg_class'::regclass AND d.schema_name = 'pgmq' AND d.object_type = 'table' LOOP
@@ -731,9 +719,19 @@ BEGIN
       IF @extschema@._auto_attach_match(substr(t, 3)) THEN
         PERFORM @extschema@._auto_attach(substr(t, 3));
       END IF;
-    ELSE
-      UPDATE @extschema@.streams SET archive_table = t
-       WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL;
+    ELSIF EXISTS (SELECT 1 FROM @extschema@.streams WHERE queue_schema = 'pgmq'
+                     AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL) THEN
+      queue := to_regclass(format('pgmq.%I', 'q_' || substr(t, 3)));
+      problem := coalesce(@extschema@._queue_problem(rel),
+                          CASE WHEN (SELECT relowner FROM pg_class WHERE oid = rel)
+                                    IS DISTINCT FROM (SELECT relowner FROM pg_class WHERE oid = queue)
+                               THEN 'it belongs to another role than the queue' END);
+      IF problem IS NULL THEN
+        UPDATE @extschema@.streams SET archive_table = t
+         WHERE queue_schema = 'pgmq' AND queue_table = 'q_' || substr(t, 3) AND archive_table IS NULL;
+      ELSE
+        RAISE WARNING 'pgbus_stream: pgmq.% is not taken as the archive of pgmq.%: %', t, 'q_' || substr(t, 3), problem;
+      END IF;
     END IF;
   END LOOP;
 END $$;

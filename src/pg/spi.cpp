@@ -1,6 +1,7 @@
 // SpiTx: transactions and SPI queries for the worker (see spi.hpp).
 #include "pg/spi.hpp"
 #include "pg/guard.hpp"
+#include "pg/queue_table.hpp"
 
 #include <csignal>
 #include <stdexcept>
@@ -8,12 +9,19 @@
 extern "C" {
 #include "postgres.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/lockdefs.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 }
 
 namespace pgbs::pg {
@@ -117,7 +125,8 @@ void SpiTx::commit() {
   MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // the commit leaves TopMemoryContext
 }
 
-Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool read_only) {
+Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool read_only,
+                   unsigned as_role) {
   // Arguments are converted to Datums first (PostgreSQL side), then the query
   // runs, and the text of each cell is collected in palloc'd memory; the C++
   // copy happens after the guarded region.
@@ -153,18 +162,51 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
             elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
       }
     }
-    int rc = SPI_execute_with_args(sqltext, nargs, types, values, nulls, read_only, 0);
-    if (rc < 0)
-      elog(ERROR, "pgbus_stream: SPI query failed (%s)", SPI_result_code_string(rc));
-    if (SPI_tuptable == nullptr)
-      return;
-    raw.nrows = SPI_processed;
-    raw.ncols = SPI_tuptable->tupdesc->natts;
-    raw.cells = (char **)palloc0(sizeof(char *) * (raw.nrows * raw.ncols + 1));
-    for (uint64 r = 0; r < raw.nrows; r++)
-      for (int c = 0; c < raw.ncols; c++)
-        raw.cells[r * raw.ncols + c] =
-            SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
+    // As the owner: what VACUUM does around a table's index functions.
+    Oid save_user = InvalidOid;
+    int save_sec = 0, nest = 0;
+    if (as_role != 0) {
+      GetUserIdAndSecContext(&save_user, &save_sec);
+      SetUserIdAndSecContext(as_role, save_sec | SECURITY_RESTRICTED_OPERATION);
+      nest = NewGUCNestLevel();
+      (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                              GUC_ACTION_SAVE, true, 0, false);
+      // A worker has no client loop to arm statement_timeout: armed here,
+      // before the owner's code runs (a SET of its own cannot lift it).
+      if (StatementTimeout > 0)
+        enable_timeout_after(STATEMENT_TIMEOUT, StatementTimeout);
+    }
+    PG_TRY();
+    {
+      int rc = SPI_execute_with_args(sqltext, nargs, types, values, nulls, read_only, 0);
+      if (rc < 0)
+        elog(ERROR, "pgbus_stream: SPI query failed (%s)", SPI_result_code_string(rc));
+      if (SPI_tuptable != nullptr) {
+        raw.nrows = SPI_processed;
+        raw.ncols = SPI_tuptable->tupdesc->natts;
+        raw.cells = (char **)palloc0(sizeof(char *) * (raw.nrows * raw.ncols + 1));
+        for (uint64 r = 0; r < raw.nrows; r++)
+          for (int c = 0; c < raw.ncols; c++)
+            raw.cells[r * raw.ncols + c] =
+                SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
+      }
+      if (as_role != 0) {
+        disable_timeout(STATEMENT_TIMEOUT, false);
+        AtEOXact_GUC(false, nest); // undoes every SET of the statement, session-level too
+      }
+    }
+    PG_CATCH();
+    {
+      // The settings go back when the caller aborts the transaction.
+      if (as_role != 0) {
+        disable_timeout(STATEMENT_TIMEOUT, false);
+        SetUserIdAndSecContext(save_user, save_sec);
+      }
+      PG_RE_THROW();
+    }
+    PG_END_TRY();
+    if (as_role != 0)
+      SetUserIdAndSecContext(save_user, save_sec);
   });
   Table t;
   t.ncols = raw.ncols;
@@ -176,6 +218,37 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
       t.cells.emplace_back(std::nullopt);
   }
   return t;
+}
+
+unsigned SpiTx::queue_owner(const std::vector<TableName> &tables, bool write, std::string *why) {
+  char reason[256] = "";
+  Oid owner = InvalidOid;
+  const std::vector<TableName> *tp = &tables;
+  call([&] {
+    for (const TableName &t : *tp) {
+      RangeVar *rv = makeRangeVar(pstrdup(t.schema.c_str()), pstrdup(t.table.c_str()), -1);
+      // (a table that is gone is PostgreSQL's error, as for any statement)
+      const Oid relid = RangeVarGetRelidExtended(rv, write ? RowExclusiveLock : AccessShareLock, 0,
+                                                 nullptr, nullptr);
+      const char *name = quote_qualified_identifier(rv->schemaname, rv->relname);
+      char problem[200];
+      unsigned table_owner = 0;
+      if (!queue_table_ok(relid, &table_owner, problem, sizeof(problem))) {
+        snprintf(reason, sizeof(reason), "%s is not a queue table: %s", name, problem);
+        owner = InvalidOid;
+        return;
+      }
+      if (OidIsValid(owner) && owner != table_owner) {
+        snprintf(reason, sizeof(reason), "%s belongs to another role than its queue", name);
+        owner = InvalidOid;
+        return;
+      }
+      owner = table_owner;
+    }
+  });
+  if (!OidIsValid(owner) && why)
+    *why = reason;
+  return owner;
 }
 
 // ereport below ERROR checks for interrupts when done: held off here, so a

@@ -43,13 +43,32 @@ struct Arg {
   }
 };
 
+// A table by schema and name.
+struct TableName {
+  std::string schema, table;
+};
+
 class SpiTx {
 public:
   SpiTx();  // StartTransactionCommand + SPI_connect + snapshot
   ~SpiTx(); // aborts unless commit() ran
   SpiTx(const SpiTx &) = delete;
   SpiTx &operator=(const SpiTx &) = delete;
-  Table query(const std::string &sql, const std::vector<Arg> &args = {}, bool read_only = true);
+  // as_role nonzero: the statement runs with that role's rights, as
+  // PostgreSQL's VACUUM and REFRESH MATERIALIZED VIEW run a table owner's
+  // code: current user the role, inside a security-restricted operation (no
+  // SET ROLE, no session authorization, no temporary objects), search_path
+  // pg_catalog, pg_temp, and the transaction's statement_timeout armed. The
+  // worker's user and every setting the statement changed (even with a
+  // session-level SET) are restored after it, also when it fails
+  // (docs/ARCHITECTURE.md, "Whose rights").
+  Table query(const std::string &sql, const std::vector<Arg> &args = {}, bool read_only = true,
+              unsigned as_role = 0);
+  // Locks tables (a queue and its archive) until the transaction ends, for
+  // reading or (write) for removing rows, and checks that each can be taken
+  // as a queue (pg/queue_table.hpp) and that they have one owner: returns
+  // that owner, or 0 with *why saying what is wrong.
+  unsigned queue_owner(const std::vector<TableName> &tables, bool write, std::string *why);
   void commit();
 
 private:

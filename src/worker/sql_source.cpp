@@ -1,11 +1,16 @@
 // SqlRowSource: the worker's SQL, each call a short transaction that gives
-// up quickly on a lock instead of stalling the event loop.
+// up quickly on a lock instead of stalling the event loop. Statements on a
+// queue or archive table run as its owner, after a check that it can be
+// taken as a queue (docs/ARCHITECTURE.md, "Whose rights").
 #include "worker/sql_source.hpp"
 #include "core/auth.hpp"
 #include "core/sse.hpp"
 #include "engine/row_decode.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
+
+#include <stdexcept>
+#include <unordered_map>
 
 namespace pgbs::worker {
 namespace {
@@ -28,6 +33,46 @@ bool row_data_error(int code) {
          code == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 }
 
+// A stream whose tables cannot be taken as a queue (a view, rules, the wrong
+// columns, another owner): nothing is run on them.
+struct Refused : std::runtime_error {
+  Refused(int64_t id, const std::string &name, const std::string &why)
+      : std::runtime_error(why), stream(id), name(name) {}
+  int64_t stream;
+  std::string name; // may be empty (a stream retention visits by id)
+};
+
+// The reason last logged for each refused stream: logged once, not at every
+// retry, and again when it changes.
+std::unordered_map<int64_t, std::string> &refusals() {
+  static std::unordered_map<int64_t, std::string> said;
+  return said;
+}
+
+void log_refusal(int64_t id, const std::string &name, const char *what, const std::string &why) {
+  auto &said = refusals();
+  auto it = said.find(id);
+  if (it != said.end() && it->second == why)
+    return;
+  if (said.size() >= 10000) // bounded: at worst a reason is logged again
+    said.clear();
+  said[id] = why;
+  pg::warn(std::string(what) + " of stream " +
+           (name.empty() ? std::to_string(id) : "\"" + name + "\"") + " skipped: " + why);
+}
+
+// The owner of a stream's tables, locked and checked (pg::SpiTx::queue_owner):
+// every statement on them runs as that role.
+unsigned owner_of(pg::SpiTx &tx, const engine::StreamInfo &s,
+                  const std::vector<pg::TableName> &tables, bool write) {
+  std::string why;
+  const unsigned owner = tx.queue_owner(tables, write, &why);
+  if (owner == 0)
+    throw Refused(s.id, s.name, why);
+  refusals().erase(s.id);
+  return owner;
+}
+
 // Runs fn(tx) in its own transaction with the timeouts above; false (and a
 // warning) when anything in it failed: nothing of it is used. With
 // data_error, a failure row_data_error() names is reported there instead of
@@ -41,6 +86,9 @@ template <typename F> bool run(const char *what, F &&fn, bool *data_error = null
     fn(tx);
     tx.commit();
     return true;
+  } catch (const Refused &e) {
+    log_refusal(e.stream, e.name, what, e.what());
+    return false;
   } catch (const pg::Error &e) {
     if (data_error && row_data_error(e.sqlerrcode())) {
       *data_error = true;
@@ -59,6 +107,7 @@ template <typename F> bool run(const char *what, F &&fn, bool *data_error = null
 bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
                                 std::vector<engine::StreamInfo> *out) {
   std::unordered_map<int64_t, std::string> sqls, maxes;
+  std::unordered_map<int64_t, std::vector<pg::TableName>> tables;
   bool present = false;
   pg::Table t;
   const bool ok = run("catalog read", [&](pg::SpiTx &tx) {
@@ -118,7 +167,11 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         "                   ELSE '0' END), "
         // hooked through to_jsonb: a 0.1.0 catalog (library updated, ALTER
         // EXTENSION not run yet) has no such column and must still be served.
-        "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true) "
+        "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true), "
+        // the tables the two statements above read (as _rows_sql() decides)
+        "       s.queue_schema, s.queue_table, "
+        "       CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', "
+        "                 s.queue_schema, s.archive_table)) IS NOT NULL THEN s.archive_table END "
         "FROM pgbus_stream.streams s "
         "WHERE " +
             (only.empty() ? queue_exists : "CASE WHEN " + only + " THEN " + queue_exists + " END") +
@@ -130,6 +183,7 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
     if (ok && which.all()) {
       rows_sql_.clear();
       max_sql_.clear();
+      tables_.clear();
     }
     return ok;
   }
@@ -142,13 +196,26 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         si.id = to_i64(t.at(r, 0));
         si.name = t.at(r, 1).value_or("");
         si.is_public = t.at(r, 2).value_or("t") == "t";
-        sqls[si.id] = t.at(r, 3).value_or("");
         si.retention_floor = to_i64(t.at(r, 4));
         si.has_retention = t.at(r, 5).value_or("f") == "t";
         si.hooked = t.at(r, 7).value_or("t") == "t";
-        maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
-        pg::Table m = tx.query(maxes[si.id]);
+        std::vector<pg::TableName> names{{t.at(r, 8).value_or(""), t.at(r, 9).value_or("")}};
+        if (t.at(r, 10))
+          names.push_back({names[0].schema, *t.at(r, 10)});
+        // A stream whose tables are no queue (any more) is left out, with
+        // one logged reason; nothing of it runs.
+        std::string why;
+        const unsigned owner = tx.queue_owner(names, false, &why);
+        if (owner == 0) {
+          log_refusal(si.id, si.name, "catalog read", why);
+          continue;
+        }
+        refusals().erase(si.id);
+        pg::Table m = tx.query(t.at(r, 6).value_or("SELECT 0"), {}, true, owner);
         si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
+        sqls[si.id] = t.at(r, 3).value_or("");
+        maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
+        tables[si.id] = std::move(names);
         out->push_back(std::move(si));
       }
     });
@@ -160,11 +227,14 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
   if (which.all()) {
     rows_sql_.swap(sqls);
     max_sql_.swap(maxes);
+    tables_.swap(tables);
   } else {
     for (auto &[id, q] : sqls)
       rows_sql_[id] = q;
     for (auto &[id, q] : maxes)
       max_sql_[id] = q;
+    for (auto &[id, names] : tables)
+      tables_[id] = std::move(names);
   }
   return true;
 }
@@ -173,7 +243,8 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
                         const std::vector<int64_t> *ids, int64_t after, int64_t limit,
                         std::vector<engine::Row> *out) {
   auto it = rows_sql_.find(s.id);
-  if (it == rows_sql_.end())
+  auto names = tables_.find(s.id);
+  if (it == rows_sql_.end() || names == tables_.end())
     return false;
   std::vector<pg::Arg> args;
   if (ids)
@@ -187,7 +258,8 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
   const bool ok = run(
       "row read",
       [&](pg::SpiTx &tx) {
-        pg::Table t = tx.query(it->second + " " + where, args);
+        const unsigned owner = owner_of(tx, s, names->second, false);
+        pg::Table t = tx.query(it->second + " " + where, args, true, owner);
         out->reserve(out->size() + t.rows());
         for (size_t r = 0; r < t.rows(); r++) {
           engine::Row row;
@@ -209,9 +281,13 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
 bool SqlRowSource::rows_one_by_one(const engine::StreamInfo &s, const std::string &sql,
                                    const std::string &where, const std::vector<pg::Arg> &args,
                                    std::vector<engine::Row> *out) {
+  auto names = tables_.find(s.id);
+  if (names == tables_.end())
+    return false;
   std::vector<int64_t> ids;
   if (!run("row read (ids)", [&](pg::SpiTx &tx) {
-        pg::Table t = tx.query("SELECT msg_id FROM (" + sql + " " + where + ") x", args);
+        const unsigned owner = owner_of(tx, s, names->second, false);
+        pg::Table t = tx.query("SELECT msg_id FROM (" + sql + " " + where + ") x", args, true, owner);
         for (size_t r = 0; r < t.rows(); r++)
           if (t.at(r, 0))
             ids.push_back(to_i64(t.at(r, 0)));
@@ -223,8 +299,9 @@ bool SqlRowSource::rows_one_by_one(const engine::StreamInfo &s, const std::strin
     const bool ok = run(
         "row read",
         [&](pg::SpiTx &tx) {
+          const unsigned owner = owner_of(tx, s, names->second, false);
           try {
-            pg::Table t = tx.query(sql + " WHERE msg_id = $1", {pg::Arg::int8(id)});
+            pg::Table t = tx.query(sql + " WHERE msg_id = $1", {pg::Arg::int8(id)}, true, owner);
             for (size_t r = 0; r < t.rows(); r++) {
               engine::Row row;
               if (engine::decode_row(&t.cells[r * t.ncols], t.ncols, &row))
@@ -266,22 +343,25 @@ bool SqlRowSource::rows_after(const engine::StreamInfo &s, int64_t after, int64_
 
 bool SqlRowSource::max_id(const engine::StreamInfo &s, int64_t *id) {
   auto it = max_sql_.find(s.id);
-  if (it == max_sql_.end())
+  auto names = tables_.find(s.id);
+  if (it == max_sql_.end() || names == tables_.end())
     return false;
   return run("maximum read", [&](pg::SpiTx &tx) {
-    pg::Table t = tx.query(it->second);
+    pg::Table t = tx.query(it->second, {}, true, owner_of(tx, s, names->second, false));
     *id = t.rows() ? to_i64(t.at(0, 0)) : 0;
   });
 }
 
 bool SqlRowSource::nth_newest(const engine::StreamInfo &s, int64_t n, int64_t *id) {
   auto it = rows_sql_.find(s.id);
-  if (it == rows_sql_.end())
+  auto names = tables_.find(s.id);
+  if (it == rows_sql_.end() || names == tables_.end())
     return false;
   return run("backlog read", [&](pg::SpiTx &tx) {
+    const unsigned owner = owner_of(tx, s, names->second, false);
     pg::Table t = tx.query("SELECT min(msg_id), count(*) FROM (" + it->second +
                                " WHERE msg_id > $1 ORDER BY msg_id DESC LIMIT $2) x",
-                           {pg::Arg::int8(0), pg::Arg::int8(n)});
+                           {pg::Arg::int8(0), pg::Arg::int8(n)}, true, owner);
     *id = t.rows() && to_i64(t.at(0, 1)) > 0 ? to_i64(t.at(0, 0)) : 0;
   });
 }
@@ -329,13 +409,64 @@ bool SqlRowSource::store_cursors(const std::vector<engine::StoredCursor> &cursor
   });
 }
 
+// What retention removes from a stream, worked out from the catalog: its
+// retention (or pgbus_stream.default_retention for a stream nobody
+// configured), its floor, its tables, and the statement that removes at
+// most $2 rows past it (PGMQ queues: moved to the archive). Only the catalog
+// is read here; the statement runs as the queue's owner.
+constexpr const char *kRetentionPlan = R"SQL(
+SELECT s.retention_floor,
+       CASE WHEN r.age IS NOT NULL OR s.retention_max IS NOT NULL THEN format(
+         $f$WITH victims AS (
+              SELECT msg_id FROM %1$I.%2$I
+               WHERE msg_id <= %4$s OR enqueued_at < now() - %5$L::interval
+               ORDER BY msg_id LIMIT %6$s)$f$ ||
+         CASE WHEN s.kind = 'pgmq' AND s.archive_table IS NOT NULL THEN $f$,
+              moved AS (DELETE FROM %1$I.%2$I t USING victims v WHERE t.msg_id = v.msg_id
+                        RETURNING t.msg_id, t.read_ct, t.enqueued_at, t.vt, t.message),
+              ins AS (INSERT INTO %1$I.%3$I (msg_id, read_ct, enqueued_at, vt, message)
+                      SELECT msg_id, read_ct, enqueued_at, vt, message FROM moved RETURNING msg_id)
+            SELECT count(*), 0 FROM ins$f$
+         ELSE $f$,
+              gone AS (DELETE FROM %1$I.%2$I t USING victims v WHERE t.msg_id = v.msg_id
+                       RETURNING t.msg_id)
+            SELECT count(*), coalesce(max(msg_id), 0) FROM gone$f$ END,
+         s.queue_schema, s.queue_table, s.archive_table,
+         CASE WHEN s.retention_max IS NULL THEN '0'
+              ELSE format('coalesce((SELECT msg_id FROM %I.%I ORDER BY msg_id DESC OFFSET %s LIMIT 1), 0)',
+                          s.queue_schema, s.queue_table, s.retention_max) END,
+         r.age, $2) END,
+       s.queue_schema, s.queue_table,
+       CASE WHEN s.kind = 'pgmq' THEN s.archive_table END
+  FROM pgbus_stream.streams s,
+       LATERAL (SELECT CASE WHEN s.retention IS NULL AND s.retention_max IS NULL
+                             AND NOT coalesce((to_jsonb(s) ->> 'retention_set')::boolean, true)
+                        THEN nullif(current_setting('pgbus_stream.default_retention')::interval,
+                                    interval '0')
+                        ELSE s.retention END AS age) r
+ WHERE s.id = $1)SQL";
+
 bool SqlRowSource::apply_retention(const engine::StreamInfo &s, int batch, int64_t *removed,
                                    int64_t *floor) {
   return run("retention", [&](pg::SpiTx &tx) {
-    pg::Table t = tx.query("SELECT removed, floor FROM pgbus_stream._apply_retention($1, $2::int)",
-                           {pg::Arg::int8(s.id), pg::Arg::int8(batch)}, false);
+    pg::Table plan = tx.query(kRetentionPlan, {pg::Arg::int8(s.id), pg::Arg::int8(batch)});
+    *removed = 0;
+    *floor = plan.rows() ? to_i64(plan.at(0, 0)) : 0;
+    if (plan.rows() == 0 || !plan.at(0, 1))
+      return; // no such stream, or no retention
+    std::vector<pg::TableName> names{{plan.at(0, 2).value_or(""), plan.at(0, 3).value_or("")}};
+    if (plan.at(0, 4))
+      names.push_back({names[0].schema, *plan.at(0, 4)});
+    // The owner's triggers fire on these rows: as the owner, not as the worker.
+    pg::Table t = tx.query(*plan.at(0, 1), {}, false, owner_of(tx, s, names, true));
     *removed = t.rows() ? to_i64(t.at(0, 0)) : 0;
-    *floor = t.rows() ? to_i64(t.at(0, 1)) : 0;
+    const int64_t top = t.rows() ? to_i64(t.at(0, 1)) : 0;
+    if (top > *floor) {
+      tx.query("UPDATE pgbus_stream.streams SET retention_floor = $2 "
+               "WHERE id = $1 AND retention_floor < $2",
+               {pg::Arg::int8(s.id), pg::Arg::int8(top)}, false);
+      *floor = top;
+    }
   });
 }
 

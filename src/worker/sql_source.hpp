@@ -48,6 +48,9 @@ private:
   std::unordered_map<int64_t, std::string> rows_sql_;
   // SELECT greatest(max(msg_id) of the queue, of the archive), per stream
   std::unordered_map<int64_t, std::string> max_sql_;
+  // The tables those two read (the queue, and its archive when there is
+  // one), per stream: each statement runs as their owner.
+  std::unordered_map<int64_t, std::vector<pg::TableName>> tables_;
 };
 
 } // namespace pgbs::worker

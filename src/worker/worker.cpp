@@ -508,6 +508,10 @@ void pgbus_stream_worker_main(Datum arg) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnection(settings::current().database.c_str(), nullptr, 0);
+  // No name in the worker's SQL may resolve to an object of a user's schema
+  // (docs/ARCHITECTURE.md, "Whose rights"); a reload of postgresql.conf
+  // does not override it.
+  SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
   shmem::Shared *s = shmem::shared();
   s->worker_latch[worker::worker_index] = MyLatch;
   pg_atomic_write_u32(&s->worker_pid[worker::worker_index], (uint32)MyProcPid);
