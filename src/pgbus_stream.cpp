@@ -6,6 +6,7 @@
 #include "capture/wal.hpp"
 #include "pg/guard.hpp"
 #include "shmem/awaited.hpp"
+#include "shmem/disconnect.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 
@@ -76,6 +77,7 @@ static void request_shmem() {
   pgbs::shmem::shmem_request();
   pgbs::shmem::standby_request();
   pgbs::shmem::awaited_request();
+  pgbs::shmem::disconnect_request();
 }
 
 static void startup_shmem() {
@@ -85,6 +87,7 @@ static void startup_shmem() {
   pgbs::shmem::standby_startup();
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   pgbs::shmem::awaited_startup();
+  pgbs::shmem::disconnect_startup();
   LWLockRelease(AddinShmemInitLock);
 }
 

@@ -101,7 +101,7 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         "                   ELSE '0' END), "
         // hooked through to_jsonb: a 0.1.0 catalog (library updated, ALTER
         // EXTENSION not run yet) has no such column and must still be served.
-        "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true) "
+        "       coalesce((to_jsonb(s) ->> 'hooked')::boolean, true), s.queue_schema, s.queue_table "
         "FROM pgbus_stream.streams s "
         "WHERE " +
             (only.empty() ? queue_exists : "CASE WHEN " + only + " THEN " + queue_exists + " END") +
@@ -129,6 +129,8 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         si.retention_floor = to_i64(t.at(r, 4));
         si.has_retention = t.at(r, 5).value_or("f") == "t";
         si.hooked = t.at(r, 7).value_or("t") == "t";
+        si.queue_schema = t.at(r, 8).value_or("");
+        si.queue_table = t.at(r, 9).value_or("");
         maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
         pg::Table m = tx.query(maxes[si.id]);
         si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
