@@ -152,7 +152,7 @@ bool find_stream(unsigned int nsp, const char *name, int64_t *id, char **schema,
                                       pgbs::names::is_gem_queue(gs, *schema, *table));
                 }) != (Datum)0;
   }
-  *id = found_id;
+  *id = found ? found_id : 0;
   return found;
 }
 

@@ -41,7 +41,7 @@ struct Identity {
   std::optional<std::string> sub;
   std::string ctx;   // JSON object text or ""
   std::string fault; // why a JWT given was not taken ("" if it was, or none was given)
-  int64_t expires_at = 0; // JWT: Unix time past which it is refused (exp + leeway); 0: never
+  int64_t expires_at = 0; // JWT: refused once the Unix time is past this (exp + leeway); 0: never
 };
 
 class Gate {

@@ -60,7 +60,8 @@ bool missed_ephemeral(const Stream &st, const cursor::StreamPosition &p) {
 // under whichever of its names the catalog holds it. A stream holding one of
 // those names with another queue is not it. None yet: the name auto_attach
 // will give the gem's queue, which the subscription waits for. "" when the
-// gem refuses the name.
+// gem refuses the name, or when both names auto_attach could give its queue
+// are held by other queues' streams (it could never be attached).
 std::string Engine::signed_target(const std::string &logical, bool *failed) {
   names::GemStream gs;
   if (!names::gem_stream(logical, &gs))
@@ -72,7 +73,9 @@ std::string Engine::signed_target(const std::string &logical, bool *failed) {
     if (st && names::is_gem_queue(gs, st->info.queue_schema, st->info.queue_table))
       return n;
   }
-  return find_by_name(gs.short_name) ? gs.queue : gs.short_name;
+  if (!find_by_name(gs.short_name))
+    return gs.short_name;
+  return find_by_name(gs.queue) ? std::string() : gs.queue;
 }
 
 bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
@@ -98,7 +101,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     if (failed)
       return reject(503, "stream unavailable: cannot read the catalog, retry\n");
     if (wanted[0].empty())
-      return reject(404, "the signed name names no stream the gem could create\n");
+      return reject(404, "unknown stream: no stream is the gem's queue for this signed name\n");
   }
   if (wanted.empty())
     return reject(400, "no stream named\n");

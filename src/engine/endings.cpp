@@ -31,7 +31,9 @@ void Engine::forget_expiry(const Connection &c) {
 
 size_t Engine::end_expired(int64_t now_unix_s) {
   size_t n = 0;
-  while (!expiries_.empty() && expiries_.begin()->first <= now_unix_s) {
+  // Past expires_at, as verify_jwt refuses it: a reconnect with the same
+  // token is then refused, not served again for the rest of that second.
+  while (!expiries_.empty() && expiries_.begin()->first < now_unix_s) {
     const uint64_t id = expiries_.begin()->second;
     auto it = conns_.find(id);
     if (it == conns_.end()) {

@@ -176,7 +176,7 @@ public:
   // unknown ids.
   bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
                    std::optional<std::string> *sub, bool *wants) const;
-  // Ends the connections whose credential expired by now_unix_s (a JWT's
+  // Ends the connections whose credential expired before now_unix_s (a JWT's
   // exp, with the leeway it is accepted with): each gets a pgbus:shutdown
   // frame with reason credential_expired, then its stream ends, so the
   // client comes back with a fresh token. Returns how many.
