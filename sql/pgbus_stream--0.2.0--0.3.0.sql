@@ -343,3 +343,17 @@ BEGIN
     END IF;
   END LOOP;
 END $$;
+-- access: disconnect() (issue 26, credentials that end)
+
+-- ---- Ending connections: disconnect() ------------------------------------
+
+-- disconnect ends live SSE connections on every worker: those whose
+-- credential's sub is `sub` (a user who signed out or lost access), or the
+-- one connection whose connectionId is `connection` (as connections() and
+-- pgbus:connected show it). Each gets a pgbus:shutdown event with reason
+-- "disconnected" before its stream ends. Returns how many ended. A client
+-- that still holds a valid credential may connect again: revoke that too.
+-- Not executable by PUBLIC.
+CREATE FUNCTION @extschema@.disconnect(sub text DEFAULT NULL, connection text DEFAULT NULL) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'pgbus_stream_disconnect' LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.disconnect(text, text) FROM PUBLIC;

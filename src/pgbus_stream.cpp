@@ -6,6 +6,7 @@
 #include "capture/wal.hpp"
 #include "pg/guard.hpp"
 #include "shmem/awaited.hpp"
+#include "shmem/disconnect.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 
@@ -33,6 +34,7 @@ static void request_shmem() {
     return (Datum)0;
   });
   pgbs::shmem::standby_request();
+  pgbs::shmem::disconnect_request();
 }
 
 static void startup_shmem() {
@@ -42,6 +44,7 @@ static void startup_shmem() {
   pgbs::shmem::standby_startup();
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   pgbs::shmem::awaited_startup();
+  pgbs::shmem::disconnect_startup();
   LWLockRelease(AddinShmemInitLock);
 }
 

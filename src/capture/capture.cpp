@@ -564,6 +564,7 @@ void install_callbacks() {
   RegisterXactCallback(on_xact, nullptr);
   RegisterSubXactCallback(on_subxact, nullptr);
   install_floor_hooks();
+  install_extension_hook();
 }
 
 void publish_floor(int64_t stream_id, unsigned int relid, unsigned int fn) {

@@ -21,6 +21,9 @@ int64_t trigger_stream_id(unsigned int tgoid, const char *arg);
 // The ExecutorStart and ProcessUtility (COPY FROM) hooks that call
 // publish_floor() for the tables with a capture trigger (floor_hook.cpp).
 void install_floor_hooks();
+// The object access hook that marks CREATE and DROP EXTENSION pgbus_stream
+// as catalog changes (extension_hook.cpp).
+void install_extension_hook();
 // Marks that this transaction changed the stream catalog; at commit the
 // workers are told to reload it.
 void note_catalog_change();

@@ -125,31 +125,37 @@ bool catalog_says(int64 stream_id, Oid relid, Oid nsp) {
 } // namespace
 
 // A stream by its name, else by the pgbus gem's logical name
-// ("ai_chat_3a4f:messages"): the stream auto_attach made of its queue, named
-// after the queue without the prefix (or after the whole queue when that
-// name was taken).
+// ("ai_chat_3a4f:messages"): the stream whose queue is the gem's queue for
+// it, under whichever name the catalog holds it (names::gem_stream, the rule
+// the worker applies to signed names).
 bool find_stream(unsigned int nsp, const char *name, int64_t *id, char **schema, char **table,
                  bool *is_public) {
   int64 found_id = 0;
   bool found = catalog_row(nsp, 0, name, &found_id, schema, table, is_public);
   if (!found) {
-    char short_name[128] = "", queue_name[128] = "";
+    // Copied out of C++ objects before any PostgreSQL call (which may longjmp).
+    constexpr int kNames = 3, kLen = 160;
+    char names[kNames][kLen] = {}, gem_table[kLen] = "";
     pgbs::pg::entry([&]() -> Datum {
-      pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
-      const std::string q = pgbs::names::queue_name(name, &err);
-      if (err == pgbs::names::QueueNameError::None && q.size() < sizeof(queue_name)) {
-        strlcpy(queue_name, q.c_str(), sizeof(queue_name));
-        strlcpy(short_name, pgbs::auth::gem_stream_name(name).c_str(), sizeof(short_name));
+      pgbs::names::GemStream gs;
+      if (pgbs::names::gem_stream(name, &gs) && gs.table.size() < sizeof(gem_table)) {
+        strlcpy(gem_table, gs.table.c_str(), sizeof(gem_table));
+        for (size_t i = 0; i < gs.names.size() && i < (size_t)kNames; i++)
+          if (gs.names[i].size() < (size_t)kLen)
+            strlcpy(names[i], gs.names[i].c_str(), kLen);
       }
       return (Datum)0;
     });
-    for (const char *candidate : {(const char *)short_name, (const char *)queue_name})
-      if (!found && candidate[0] != '\0' &&
+    for (const char *candidate : names)
+      if (!found && candidate[0] != '\0' && gem_table[0] != '\0' &&
           catalog_row(nsp, 0, candidate, &found_id, schema, table, is_public))
-        found = strcmp(*schema, "pgmq") == 0 && strncmp(*table, "q_", 2) == 0 &&
-                strcmp(*table + 2, queue_name) == 0;
+        found = pgbs::pg::entry([&]() -> Datum {
+                  pgbs::names::GemStream gs;
+                  return BoolGetDatum(pgbs::names::gem_stream(name, &gs) &&
+                                      pgbs::names::is_gem_queue(gs, *schema, *table));
+                }) != (Datum)0;
   }
-  *id = found_id;
+  *id = found ? found_id : 0;
   return found;
 }
 

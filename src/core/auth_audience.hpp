@@ -2,7 +2,8 @@
 // label. Each label has a rule (jsonpath text, see define_audience()); a
 // connection sees the message when the rule matches its context (the ctx
 // claim of its JWT). Pure C++, no PostgreSQL: the rule itself is evaluated by
-// a callback the worker supplies (jsonb_path_exists on its main thread).
+// a callback the worker supplies (SQL on its main thread; only a true result
+// admits a context).
 //
 // Fail closed: an unknown label, a connection without context, or a rule
 // that errors hides the message. A decision is evaluated once per context and

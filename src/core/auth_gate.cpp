@@ -2,6 +2,7 @@
 #include "core/auth_gate.hpp"
 
 #include "core/auth.hpp"
+#include "core/names.hpp"
 
 namespace pgbs::auth {
 
@@ -53,10 +54,9 @@ int Gate::authenticate(std::string_view signed_name, std::string_view bearer_or_
   id->grants = std::move(c.streams);
   id->sub = std::move(c.sub);
   id->ctx = std::move(c.ctx);
+  id->expires_at = c.exp + kLeewaySeconds; // as verify_jwt accepts it
   return 0;
 }
-
-std::string Gate::gem_target(std::string_view name) { return gem_stream_name(name); }
 
 int Gate::authorize(const Identity &id, std::string_view name, bool known, bool is_public,
                     std::string *reason) {
@@ -67,7 +67,7 @@ int Gate::authorize(const Identity &id, std::string_view name, bool known, bool 
     return 401;
   }
   const bool covered = !id.signed_name.empty()
-                           ? name == id.signed_name || name == gem_stream_name(id.signed_name)
+                           ? names::gem_stream_named(id.signed_name, name)
                            : any_pattern_matches(id.grants, name);
   if (!covered) {
     *reason = "credential does not cover this stream";
@@ -80,28 +80,30 @@ int Gate::authorize(const Identity &id, std::string_view name, bool known, bool 
   return 0;
 }
 
-int Gate::authorize_subscriber(const Identity &id, std::string_view subscriber, bool any_private,
+// A stored cursor is read and written only with a credential whose sub names
+// it, public stream or not: an anonymous ?subscriber=alice would otherwise
+// resume alice's cursor and move it past what alice has seen.
+int Gate::authorize_subscriber(const Identity &id, std::string_view subscriber,
                                std::string *reason) {
   std::string why;
   if (!valid_subscriber_id(subscriber, &why)) {
     *reason = "invalid subscriber: " + why;
     return 400;
   }
-  if (id.sub) {
-    if (!constant_time_equal(*id.sub, subscriber)) {
-      *reason = "credential is for another subscriber";
-      return 403;
-    }
-    return 0;
-  }
-  if (!any_private)
-    return 0;
   if (!id.present) {
-    *reason = id.fault.empty() ? "credential required" : id.fault;
-    return 401;
+    *reason = "?subscriber= needs a credential whose sub names that subscriber" +
+              (id.fault.empty() ? std::string() : " (" + id.fault + ")");
+    return 403;
   }
-  *reason = "credential names no subscriber (sub claim)";
-  return 403;
+  if (!id.sub) {
+    *reason = "credential names no subscriber (sub claim)";
+    return 403;
+  }
+  if (!constant_time_equal(*id.sub, subscriber)) {
+    *reason = "credential is for another subscriber";
+    return 403;
+  }
+  return 0;
 }
 
 } // namespace pgbs::auth

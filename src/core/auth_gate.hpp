@@ -14,8 +14,8 @@
 //    is not (403): a refusal never tells whether a stream exists.
 //  * ?presence=1 (who else is connected) needs a credential that covers the
 //    stream, public or not: a public stream's readers are anonymous.
-//  * ?subscriber=<id> must be a valid id; on a private stream it needs a
-//    credential, and a credential with a sub must name that very id.
+//  * ?subscriber=<id> must be a valid id and needs, on every stream, a
+//    credential whose sub is that very id (403 otherwise).
 #pragma once
 #include "core/no_postgres.hpp"
 
@@ -41,6 +41,7 @@ struct Identity {
   std::optional<std::string> sub;
   std::string ctx;   // JSON object text or ""
   std::string fault; // why a JWT given was not taken ("" if it was, or none was given)
+  int64_t expires_at = 0; // JWT: refused once the Unix time is past this (exp + leeway); 0: never
 };
 
 class Gate {
@@ -57,14 +58,9 @@ public:
   int authenticate(std::string_view signed_name, std::string_view bearer_or_query,
                    std::string_view cookie, int64_t now_s, Identity *id, std::string *reason) const;
 
-  // The stream a signed name opens: its name if the catalog knows it, else
-  // the gem's queue-derived form (gem_stream_name). `known` says whether a
-  // name is a stream.
-  template <typename Known> static std::string signed_target(const Identity &id, Known &&known) {
-    return known(id.signed_name) ? id.signed_name : gem_target(id.signed_name);
-  }
-
   // 0 when id may open the stream `name`; else 401/403/404 with a reason.
+  // A signed name covers the catalog names of the gem's stream for it
+  // (names::gem_stream): the caller opens the one whose queue is the gem's.
   static int authorize(const Identity &id, std::string_view name, bool known, bool is_public,
                        std::string *reason);
   // 0 when id may receive the presence (who else is connected) of the
@@ -72,12 +68,11 @@ public:
   static int authorize_presence(const Identity &id, std::string_view name, std::string *reason) {
     return authorize(id, name, true, false, reason);
   }
-  // 0 when ?subscriber=<subscriber> (non-empty) may be used; else 400/401/403.
-  static int authorize_subscriber(const Identity &id, std::string_view subscriber, bool any_private,
+  // 0 when ?subscriber=<subscriber> (non-empty) may be used; else 400/403.
+  static int authorize_subscriber(const Identity &id, std::string_view subscriber,
                                   std::string *reason);
 
 private:
-  static std::string gem_target(std::string_view name);
   std::vector<std::string> verifier_keys_; // signing_secret, then the turbo-rails keys
   std::string jwt_secret_;
   std::string signing_secret_, secret_key_base_; // as last configured

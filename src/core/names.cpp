@@ -1,6 +1,8 @@
 // The pgbus gem's stream names (see names.hpp).
 #include "core/names.hpp"
 
+#include <algorithm>
+
 namespace pgbs::names {
 namespace {
 
@@ -130,6 +132,33 @@ bool valid_auto_attach(std::string_view patterns) {
       ok = ok && (word_char(c) || c == '*');
   });
   return ok;
+}
+
+bool gem_stream(std::string_view logical, GemStream *out) {
+  *out = GemStream();
+  QueueNameError err = QueueNameError::None;
+  std::string queue = queue_name(logical, &err);
+  if (err != QueueNameError::None || queue.size() <= kGemPrefix.size() ||
+      queue.compare(0, kGemPrefix.size(), kGemPrefix) != 0)
+    return false;
+  out->short_name = queue.substr(kGemPrefix.size());
+  out->table = "q_" + queue;
+  out->queue = std::move(queue);
+  for (std::string_view n : {logical, std::string_view(out->short_name), std::string_view(out->queue)})
+    if (std::find(out->names.begin(), out->names.end(), n) == out->names.end())
+      out->names.emplace_back(n);
+  return true;
+}
+
+bool is_gem_queue(const GemStream &gs, std::string_view schema, std::string_view table) {
+  return !gs.table.empty() && table == gs.table &&
+         (schema == "pgmq" || schema == kExtensionSchema);
+}
+
+bool gem_stream_named(std::string_view logical, std::string_view name) {
+  GemStream gs;
+  return gem_stream(logical, &gs) &&
+         std::find(gs.names.begin(), gs.names.end(), name) != gs.names.end();
 }
 
 } // namespace pgbs::names

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pgbs::names {
 
@@ -29,6 +30,34 @@ std::string queue_name(std::string_view logical, QueueNameError *err,
 
 // The gem's normalisation alone (no prefix, no case change, no length check).
 std::string normalize(std::string_view name);
+
+// ---- the stream a gem name opens ------------------------------------------
+// The gem writes a logical name's messages to PGMQ queue queue_name(logical),
+// table pgmq.q_<queue>; create_stream() makes the same queue name (table
+// q_<queue> in this extension's schema when PGMQ is not installed). The
+// catalog holds that stream under the logical name itself (create_stream,
+// attach), the queue without its prefix (auto_attach) or the whole queue
+// name (auto_attach, when the short one was taken). A gem name (a signed
+// name; broadcast() for a name that is not a stream's) means only the
+// stream whose queue table is that one, whichever stream holds one of
+// those names: the worker and SQL both decide with is_gem_queue().
+
+// The extension's schema (fixed by the control file: not relocatable).
+constexpr std::string_view kExtensionSchema = "pgbus_stream";
+
+struct GemStream {
+  std::string table;              // "q_" + queue_name(logical)
+  std::vector<std::string> names; // catalog names it may have, in the order to try (distinct)
+  std::string short_name;         // the name auto_attach gives it unless another stream has it
+  std::string queue;              // the name auto_attach gives it otherwise
+};
+// False when the gem refuses the name (empty, too long, nothing left once
+// normalised).
+bool gem_stream(std::string_view logical, GemStream *out);
+// Whether a stream whose queue table is schema.table is gs's.
+bool is_gem_queue(const GemStream &gs, std::string_view schema, std::string_view table);
+// Whether `name` is one of the catalog names of the gem's stream for logical.
+bool gem_stream_named(std::string_view logical, std::string_view name);
 
 // Whether a queue name matches an auto_attach setting: a comma-separated
 // list of patterns (spaces around items ignored), "*" matching any run of

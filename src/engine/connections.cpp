@@ -1,6 +1,7 @@
 // Engine: subscribing, closing, what connections() shows, durable
 // subscriber cursors, retention and history. docs/ARCHITECTURE.md,
 // "The engine".
+#include "core/names.hpp"
 #include "core/sse.hpp"
 #include "engine/engine.hpp"
 #include "engine/state.hpp"
@@ -54,6 +55,29 @@ bool missed_ephemeral(const Stream &st, const cursor::StreamPosition &p) {
 
 } // namespace
 
+// The stream a signed name opens: the one whose queue is the gem's queue for
+// that name (names::gem_stream, the rule SQL's find_stream applies too),
+// under whichever of its names the catalog holds it. A stream holding one of
+// those names with another queue is not it. None yet: the name auto_attach
+// will give the gem's queue, which the subscription waits for. "" when the
+// gem refuses the name, or when both names auto_attach could give its queue
+// are held by other queues' streams (it could never be attached).
+std::string Engine::signed_target(const std::string &logical, bool *failed) {
+  names::GemStream gs;
+  if (!names::gem_stream(logical, &gs))
+    return std::string();
+  for (const std::string &n : gs.names) {
+    Stream *st = lookup(n, failed);
+    if (*failed)
+      return std::string();
+    if (st && names::is_gem_queue(gs, st->info.queue_schema, st->info.queue_table))
+      return n;
+  }
+  if (!find_by_name(gs.short_name))
+    return gs.short_name;
+  return find_by_name(gs.queue) ? std::string() : gs.queue;
+}
+
 bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   auto reject = [&](int status, const std::string &reason) {
     sink_.reject(req.conn_id, status, reason);
@@ -72,13 +96,18 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     return reject(status, why + "\n");
   std::vector<std::string> wanted = req.streams;
   if (!req.signed_name.empty()) {
-    bool failed = false; // then the gem's form is looked up, and fails the same way
-    lookup(who.signed_name, &failed);
-    wanted = {auth::Gate::signed_target(
-        who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
-    // A name the gem's normalisation empties (":", "...", "é") names no stream.
-    if (wanted[0].empty())
+    // A name the gem's normalisation empties (":", "...", "é") names no
+    // stream; one too long for a queue name is no gem stream either.
+    names::QueueNameError qerr = names::QueueNameError::None;
+    names::queue_name(who.signed_name, &qerr);
+    if (qerr == names::QueueNameError::Empty)
       return reject(400, "signed stream name maps to no stream name (no letter, digit or \"_\")\n");
+    bool failed = false;
+    wanted = {signed_target(who.signed_name, &failed)};
+    if (failed)
+      return reject(503, "stream unavailable: cannot read the catalog, retry\n");
+    if (wanted[0].empty())
+      return reject(404, "unknown stream: no stream is the gem's queue for this signed name\n");
   }
   if (wanted.empty())
     return reject(400, "no stream named\n");
@@ -89,7 +118,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   c->ctx = who.ctx;
   c->sub = who.sub;
   c->presence = req.presence;
-  bool any_private = false;
+  c->expires_at_s = who.expires_at;
   for (const std::string &name : wanted) {
     Stream *st = find_by_name(name);
     // Every way to make a stream public moves the catalog version: with the
@@ -115,7 +144,6 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
       PendingSub p;
       p.name = name;
       c->pending.push_back(std::move(p));
-      any_private = true;
       continue;
     }
     if (status)
@@ -126,7 +154,6 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     // Hooked only for an authorised subscriber: no DDL on an anonymous request.
     if (!st->info.hooked && (st = hook(st)) == nullptr)
       return reject(503, "stream unavailable: cannot hook its queue, retry\n");
-    any_private |= !st->info.is_public;
     for (const Sub &s : c->subs)
       if (s.st == st)
         return reject(400, "stream named twice: " + name + "\n");
@@ -135,7 +162,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     c->subs.push_back(sub);
   }
   if (!req.subscriber.empty())
-    if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, any_private, &why))
+    if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, &why))
       return reject(status, why + "\n");
   for (const Sub &s : c->subs)
     switch (wake(*s.st)) { // its shared-memory entry, and a position from the table
@@ -283,6 +310,8 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
                       (c->pending.empty() ? "" : " waiting") + " remote=" + req.remote_addr);
   Connection *conn = c.get();
   conns_.emplace(conn->id, std::move(c));
+  if (conn->expires_at_s > 0)
+    expiries_.emplace(conn->expires_at_s, conn->id);
   for (const PendingSub &p : conn->pending) {
     pending_[p.name].push_back(conn);
     pending_subs_++;
@@ -317,6 +346,8 @@ void Engine::closed(uint64_t conn_id) {
   if (it == conns_.end())
     return;
   Connection *c = it->second.get();
+  if (c->expires_at_s > 0)
+    forget_expiry(*c);
   if (!c->subscriber.empty()) {
     note_written_token(*c);
     subscriber_conns_.erase(std::remove(subscriber_conns_.begin(), subscriber_conns_.end(), c),

@@ -178,6 +178,15 @@ public:
   // unknown ids.
   bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
                    std::optional<std::string> *sub, bool *wants) const;
+  // Ends the connections whose credential expired before now_unix_s (a JWT's
+  // exp, with the leeway it is accepted with): each gets a pgbus:shutdown
+  // frame with reason credential_expired, then its stream ends, so the
+  // client comes back with a fresh token. Returns how many.
+  size_t end_expired(int64_t now_unix_s);
+  // Ends the connection with this id (conn_id != 0) or every connection
+  // whose credential's sub is `sub` (pgbus_stream.disconnect()), with a
+  // pgbus:shutdown frame with reason `reason`. Returns how many.
+  size_t end_connections(uint64_t conn_id, const std::string &sub, const std::string &reason);
   // Queues a control frame (no id line) when the connection's queue has
   // room for it; false when it has none or the connection is unknown.
   bool push_control(uint64_t conn_id, const std::string &frame);
@@ -206,7 +215,10 @@ private:
   // find_by_name, else the catalog (one query), unless the name is known to
   // be unknown; *failed when the catalog could not be read.
   Stream *lookup(const std::string &name, bool *failed);
+  std::string signed_target(const std::string &logical, bool *failed);
   void forget_unknown();
+  void end_connection(Connection &c, const std::string &reason);
+  void forget_expiry(const Connection &c);
   void unpend(const std::string &name, Connection *c);
   void start_pending(Stream &st);
   // Takes the shared-memory entry of a dormant stream and restarts its
@@ -264,6 +276,7 @@ private:
   std::unordered_map<std::string, int64_t> by_name_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
   std::vector<Connection *> paging_;
+  std::multimap<int64_t, uint64_t> expiries_; // credential end -> connection (Connection::expires_at_s)
   Stream *batching_ = nullptr;             // the stream whose run of rows is batched (at most one)
   static constexpr size_t kBatchRows = 64; // rows in one batch at most
   std::vector<Connection *> subscriber_conns_;

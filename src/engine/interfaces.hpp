@@ -39,6 +39,7 @@ struct StreamInfo {
   int64_t retention_floor = 0; // highest msg_id removed by retention
   int64_t max_committed = 0;   // highest msg_id in the queue and its archive at load
   bool hooked = true;          // capture triggers in place (auto-attached: at first subscription)
+  std::string queue_schema, queue_table; // which stream a gem name opens (names::is_gem_queue)
 };
 
 // Which streams of the catalog a load reads: all, or only these.

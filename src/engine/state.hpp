@@ -153,6 +153,7 @@ struct Connection {
   std::string ctx;                // audience context (the JWT's ctx claim), "" if none
   std::optional<std::string> sub; // the credential's identity (presence); none: anonymous
   bool presence = false;          // asked for pgbus:presence events (?presence=1)
+  int64_t expires_at_s = 0;       // the credential's end (Unix time; 0: none): then it ends
   int64_t opened_us = 0;
   std::vector<Sub> subs;
   std::vector<PendingSub> pending; // streams not born yet (Engine::settle_pending)

@@ -2,6 +2,7 @@
 #include "worker/hub.hpp"
 #include "settings/configs.hpp"
 #include "shmem/awaited.hpp"
+#include "shmem/disconnect.hpp"
 #include "shmem/shared.hpp"
 #include "worker/standby.hpp"
 
@@ -167,6 +168,7 @@ Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
   changed_max_ = (size_t)std::max(shmem::shared()->worker_conns[worker_index_].capacity, 64);
   shmem::clear_subscriber_bits(worker_index_); // left by a previous process in this slot
   shmem::clear_awaited(worker_index_);
+  shmem::disconnect_worker_start(worker_index_); // nothing posted before concerns it
   reader_.start();
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
 }
@@ -290,6 +292,17 @@ void Hub::subscribe(const http::Request &req) {
   if (engine_.presence_of(req.conn_id, &streams, &sub, &wants) && wants)
     presence_.add(req.conn_id, streams);
   publish_lookup_figures();
+}
+
+void Hub::end_connections() {
+  engine_.set_now((int64_t)GetCurrentTimestamp());
+  engine_.end_expired((int64_t)time(nullptr));
+  shmem::DisconnectWanted wanted[shmem::kDisconnectSlots];
+  const int n = shmem::disconnect_pending(worker_index_, wanted);
+  for (int i = 0; i < n; i++) {
+    const size_t ended = engine_.end_connections(wanted[i].conn_id, wanted[i].sub, "disconnected");
+    shmem::disconnect_done(worker_index_, wanted[i].seq, (int64)ended);
+  }
 }
 
 void Hub::presence_round() {

@@ -103,6 +103,9 @@ public:
   // Presence events for this worker's ?presence=1 connections, when any
   // worker's connections changed (presence_gen) or snapshots are owed.
   void presence_round();
+  // Connections whose credential expired end (pgbus:shutdown, reason
+  // credential_expired); then those pgbus_stream.disconnect() asked for.
+  void end_connections();
   bool continue_replays() { return engine_.continue_paging(); }
   bool replays_pending() const { return engine_.paging_pending(); }
   // Longest wait before the next cycle (-1: until woken; RingReader::after_drain).

@@ -199,6 +199,8 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         si.retention_floor = to_i64(t.at(r, 4));
         si.has_retention = t.at(r, 5).value_or("f") == "t";
         si.hooked = t.at(r, 7).value_or("t") == "t";
+        si.queue_schema = t.at(r, 8).value_or("");
+        si.queue_table = t.at(r, 9).value_or("");
         std::vector<pg::TableName> names{{t.at(r, 8).value_or(""), t.at(r, 9).value_or("")}};
         if (t.at(r, 10))
           names.push_back({names[0].schema, *t.at(r, 10)});

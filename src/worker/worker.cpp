@@ -391,6 +391,7 @@ int run() {
       // A step that fails (one stream's table broken, say) must not keep the
       // listener from running: each is caught on its own.
       guarded([&] { hub.cycle(); });
+      hub.end_connections(); // expired credentials, disconnect()
       if (!listening)
         continue;
       guarded([&] { replays_pending = hub.continue_replays(); });

@@ -16,12 +16,24 @@
 // (after where it started) unless it was announced as gone.
 #include "sim_world.hpp"
 
+#include "core/auth.hpp"
+
 #include <algorithm>
 #include <cstdio>
 
 namespace sim {
 
 // ---- the world -------------------------------------------------------------------
+
+namespace {
+constexpr const char *kSimJwtSecret = "sim-jwt-secret";
+constexpr int64_t kSimTokenExp = int64_t(1) << 40; // never, for the simulation's clock
+auth::Secrets sim_secrets() {
+  auth::Secrets s;
+  s.jwt_secret = kSimJwtSecret;
+  return s;
+}
+} // namespace
 
 World::World(Choices &c) : ch(c) {
   cfg.queue_max_events = 2 + ch.below(6);
@@ -45,6 +57,7 @@ World::World(Choices &c) : ch(c) {
   source_ = std::make_unique<Source>(*this);
   sink_ = std::make_unique<Sink>(*this);
   engine_ = std::make_unique<engine::Engine>(cfg, *source_, *sink_, obs_);
+  engine_->configure_auth(sim_secrets());
   engine_->set_now(1);
   while (!engine_->reload_catalog() && !error.size())
     fail_percent /= 2; // the first load needs to work once
@@ -227,6 +240,8 @@ void World::connect(Client &c, bool fresh) {
   for (int s : c.streams)
     req.streams.push_back(streams[s].name);
   req.subscriber = c.subscriber;
+  if (!c.subscriber.empty()) // a stored cursor needs a credential whose sub names it
+    req.token = auth::sign_jwt({"*"}, 0, kSimTokenExp, c.subscriber, "", kSimJwtSecret);
   std::string cursor = c.last_token;
   bool all_stored = !c.subscriber.empty();
   for (int s : c.streams)
@@ -452,6 +467,7 @@ void World::restart() {
   conns.clear();
   ring_read_ = ring_.size(); // a new worker starts at the ring's head
   engine_ = std::make_unique<engine::Engine>(cfg, *source_, *sink_, obs_);
+  engine_->configure_auth(sim_secrets());
   engine_->set_now(now_us_);
   engine_->reload_catalog();
 }

@@ -48,6 +48,10 @@ my $BEARER_ALL_SECRET = 'pgbusnode-bearer-all';
 #   bearer_all 1: streams are read with a JWT covering every stream (sent by
 #              sse() unless the caller gives an Authorization header), for
 #              tests of private streams that are not about credentials
+# Unless conf sets pgbus_stream.jwt_secret, the node gets one of its own, and
+# sse() sends a request with ?subscriber=<id> (and no Authorization header,
+# no ?token=, no anonymous => 1) a JWT for every stream whose sub is <id>:
+# a stored cursor is read only with a credential that names it.
 #   allows_streaming 1: wal_level replica and WAL senders, for standbys
 #              (default: 1 when PGBUS_TEST_WAL=replica, so that any test can
 #              run with the capture's WAL records written)
@@ -59,13 +63,14 @@ sub new
 		allows_streaming => $opt{allows_streaming} // (($ENV{PGBUS_TEST_WAL} // '') eq 'replica' ? 1 : 0));
 	my $http_port = PostgreSQL::Test::Cluster::get_free_port();
 	my $heartbeat = $opt{heartbeat} // 1;
+	my $own_secret = ($opt{conf} // '') !~ /jwt_secret/;
 	$node->append_conf(
 		'postgresql.conf', qq{
 shared_preload_libraries = 'pgbus_stream'
 pgbus_stream.port = $http_port
 pgbus_stream.heartbeat_interval = $heartbeat
 log_min_messages = info
-} . ($opt{bearer_all} ? "pgbus_stream.jwt_secret = '$BEARER_ALL_SECRET'\n" : '')
+} . ($opt{bearer_all} || $own_secret ? "pgbus_stream.jwt_secret = '$BEARER_ALL_SECRET'\n" : '')
 	  . ($opt{conf} // ''));
 
 	my $self = bless {
@@ -75,6 +80,7 @@ log_min_messages = info
 		expected_signals => [],
 		timeout => $opt{timeout} // 60,
 		bearer => $opt{bearer_all} ? jwt_all($BEARER_ALL_SECRET) : undef,
+		sub_secret => $own_secret ? $BEARER_ALL_SECRET : undef,
 	}, $class;
 
 	# Any announced kill is written out even if the test dies half-way.
@@ -110,6 +116,7 @@ sub standby
 		expected_signals => [],
 		timeout => $opt{timeout} // 60,
 		bearer => $primary->{bearer},
+		sub_secret => $primary->{sub_secret},
 	}, $class;
 	unlink($self->_expected_file);
 	$node->start;
@@ -158,20 +165,36 @@ sub wait_http_ready
 sub sse
 {
 	my ($self, $path, %opt) = @_;
-	if ($self->{bearer} && !grep { lc $_ eq 'authorization' } keys %{ $opt{headers} // {} })
+	my $anonymous = delete $opt{anonymous};
+	my $given = grep { lc $_ eq 'authorization' } keys %{ $opt{headers} // {} };
+	if (!$given && !$anonymous && $self->{sub_secret} && $path =~ /[?&]subscriber=([^&#]+)/
+		&& $path !~ /[?&]token=/)
+	{
+		(my $sub = $1) =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge;
+		$opt{headers} = { %{ $opt{headers} // {} },
+			Authorization => 'Bearer ' . jwt_all($self->{sub_secret}, $sub) };
+	}
+	elsif ($self->{bearer} && !$given && !$anonymous)
 	{
 		$opt{headers} = { %{ $opt{headers} // {} }, Authorization => "Bearer $self->{bearer}" };
 	}
 	return SSEClient->connect(port => $self->{http_port}, path => $path, %opt);
 }
 
-# jwt_all is an HS256 JWT for every stream ("*"), valid for a day.
+# jwt_all is an HS256 JWT for every stream ("*"), valid for a day; with $sub,
+# that identity (a durable subscriber id).
 sub jwt_all
 {
-	my ($secret) = @_;
+	my ($secret, $sub) = @_;
 	my $b64 = sub { MIME::Base64::encode_base64url($_[0]) };
+	my $claim_sub = '';
+	if (defined $sub)
+	{
+		(my $s = $sub) =~ s/(["\\])/\\$1/g;
+		$claim_sub = qq{,"sub":"$s"};
+	}
 	my $input = $b64->('{"alg":"HS256","typ":"JWT"}') . '.'
-	  . $b64->('{"streams":["*"],"exp":' . (int(time) + 86400) . '}');
+	  . $b64->('{"streams":["*"],"exp":' . (int(time) + 86400) . "$claim_sub}");
 	return "$input." . $b64->(Digest::SHA::hmac_sha256($input, $secret));
 }
 

@@ -214,7 +214,8 @@ like($tok_chat, qr/^[\w-]+\.[\w-]+\.[\w-]+$/, 'sign_token mints a compact JWT');
 	is(status_of("/streams/chat?subscriber=alice&token=$nosub"), 403, 'a token without sub cannot resume alice');
 	is(status_of("/streams/chat?subscriber=a%20b&token=$tok_chat"), 400, 'invalid subscriber id: 400');
 	is(status_of('/streams/open?subscriber=' . ('x' x 129)), 400, 'subscriber id too long: 400');
-	is(status_of('/streams/open?subscriber=carol'), 200, 'public stream: subscriber without a credential');
+	is(status_of('/streams/open?subscriber=carol'), 403,
+		'public stream: a stored cursor needs a credential naming it too (043_subscriber_cursor)');
 }
 
 # ---- secrets -------------------------------------------------------------------

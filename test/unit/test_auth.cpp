@@ -312,14 +312,15 @@ TEST(Gate, Decisions) {
   const std::string private_reason = why;
   EXPECT_EQ(Gate::authorize(none, "nope", false, false, &why), 401);
   EXPECT_EQ(why, private_reason);
-  // A signed name covers its stream (or the gem's queue-derived name) only.
+  // A signed name covers the names of the gem's stream for it only (which
+  // of them is its stream the engine decides by queue table: test_gem_stream).
   ASSERT_EQ(g.authenticate(sign_name("a:b", std::string(64, 'a')), "", "", kNow, &id, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "a_b", true, false, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "a:b", true, false, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "other", true, false, &why), 403);
   EXPECT_EQ(Gate::authorize(id, "other", false, false, &why), 403);
-  EXPECT_EQ(Gate::signed_target(id, [](const std::string &n) { return n == "a:b"; }), "a:b");
-  EXPECT_EQ(Gate::signed_target(id, [](const std::string &) { return false; }), "a_b");
+  EXPECT_EQ(Gate::authorize(id, "pgbus_a_b", true, false, &why), 0); // auto_attach's other name
+  EXPECT_EQ(Gate::authorize(id, "a_b_c", true, false, &why), 403);
   EXPECT_EQ(g.authenticate(sign_name("a", "zz"), "", "", kNow, &id, &why), 401);
   // JWTs: the bearer/query token wins over the cookie; patterns; sub binding.
   const std::string tok = sign_jwt({"room_*"}, kNow, kNow + 60, std::string("alice"), "", "jk");
@@ -334,11 +335,15 @@ TEST(Gate, Decisions) {
   EXPECT_EQ(Gate::authorize(id, "priv", true, false, &why), 401);
   EXPECT_NE(why.find("token cookie"), std::string::npos);
   ASSERT_EQ(g.authenticate("", "", tok, kNow, &id, &why), 0);
-  EXPECT_EQ(Gate::authorize_subscriber(id, "alice", true, &why), 0);
-  EXPECT_EQ(Gate::authorize_subscriber(id, "bob", false, &why), 403);
-  EXPECT_EQ(Gate::authorize_subscriber(id, "a b", true, &why), 400);
-  EXPECT_EQ(Gate::authorize_subscriber(none, "bob", false, &why), 0);
-  EXPECT_EQ(Gate::authorize_subscriber(none, "bob", true, &why), 401);
+  EXPECT_EQ(Gate::authorize_subscriber(id, "alice", &why), 0);
+  EXPECT_EQ(Gate::authorize_subscriber(id, "bob", &why), 403);
+  EXPECT_EQ(Gate::authorize_subscriber(id, "a b", &why), 400);
+  // A stored cursor needs a credential naming it, on public streams too.
+  EXPECT_EQ(Gate::authorize_subscriber(none, "bob", &why), 403);
+  EXPECT_NE(why.find("sub"), std::string::npos);
+  Identity nosub;
+  nosub.present = true;
+  EXPECT_EQ(Gate::authorize_subscriber(nosub, "bob", &why), 403);
   // Without keys, signed names and JWTs are refused with a clear reason.
   Gate off;
   off.configure({});
