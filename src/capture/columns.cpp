@@ -80,13 +80,14 @@ QueueColumns queue_columns(Relation rel) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
                     errmsg("pgbus_stream: table \"%s\" has no msg_id column",
                            RelationGetRelationName(rel))));
+  // (a domain over the type reads as the type)
   const Oid id_type = TupleDescAttr(desc, cols.msg_id - 1)->atttypid;
-  if (id_type != INT8OID)
+  if (getBaseType(id_type) != INT8OID)
     refuse(rel, "msg_id", id_type, "bigint");
   cols.message = column(desc, "message");
   if (cols.message > 0) {
     const Oid m_type = TupleDescAttr(desc, cols.message - 1)->atttypid;
-    if (m_type != JSONBOID)
+    if (getBaseType(m_type) != JSONBOID)
       refuse(rel, "message", m_type, "jsonb");
   }
   // The identity (or serial) sequence ids come from: a partition's is its
