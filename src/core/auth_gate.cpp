@@ -66,9 +66,8 @@ int Gate::authorize(const Identity &id, std::string_view name, bool known, bool 
     *reason = id.fault.empty() ? "credential required" : id.fault;
     return 401;
   }
-  const bool covered = !id.signed_name.empty()
-                           ? names::gem_stream_named(id.signed_name, name)
-                           : any_pattern_matches(id.grants, name);
+  const bool covered = !id.signed_name.empty() ? names::gem_stream_named(id.signed_name, name)
+                                               : any_pattern_matches(id.grants, name);
   if (!covered) {
     *reason = "credential does not cover this stream";
     return 403;

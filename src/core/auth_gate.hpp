@@ -39,8 +39,8 @@ struct Identity {
   std::string signed_name;         // signed route: the name it carries
   std::vector<std::string> grants; // JWT: names or patterns
   std::optional<std::string> sub;
-  std::string ctx;   // JSON object text or ""
-  std::string fault; // why a JWT given was not taken ("" if it was, or none was given)
+  std::string ctx;        // JSON object text or ""
+  std::string fault;      // why a JWT given was not taken ("" if it was, or none was given)
   int64_t expires_at = 0; // JWT: refused once the Unix time is past this (exp + leeway); 0: never
 };
 

@@ -144,15 +144,15 @@ bool gem_stream(std::string_view logical, GemStream *out) {
   out->short_name = queue.substr(kGemPrefix.size());
   out->table = "q_" + queue;
   out->queue = std::move(queue);
-  for (std::string_view n : {logical, std::string_view(out->short_name), std::string_view(out->queue)})
+  for (std::string_view n :
+       {logical, std::string_view(out->short_name), std::string_view(out->queue)})
     if (std::find(out->names.begin(), out->names.end(), n) == out->names.end())
       out->names.emplace_back(n);
   return true;
 }
 
 bool is_gem_queue(const GemStream &gs, std::string_view schema, std::string_view table) {
-  return !gs.table.empty() && table == gs.table &&
-         (schema == "pgmq" || schema == kExtensionSchema);
+  return !gs.table.empty() && table == gs.table && (schema == "pgmq" || schema == kExtensionSchema);
 }
 
 bool gem_stream_named(std::string_view logical, std::string_view name) {

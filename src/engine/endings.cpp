@@ -11,11 +11,13 @@ namespace pgbs::engine {
 // before the stream ends), then the end of the stream.
 void Engine::end_connection(Connection &c, const std::string &reason) {
   std::string frame;
-  sse::append_event(frame, "", "pgbus:shutdown", "{\"reason\":\"" + sse::json_escape(reason) + "\"}");
+  sse::append_event(frame, "", "pgbus:shutdown",
+                    "{\"reason\":\"" + sse::json_escape(reason) + "\"}");
   OutFrame f;
   f.body = std::make_shared<const std::string>(std::move(frame));
   push(c, std::move(f), false);
-  obs_.diagnostic(c.id, "closed", c.subs.empty() ? "" : c.subs[0].st->info.name, "reason=" + reason);
+  obs_.diagnostic(c.id, "closed", c.subs.empty() ? "" : c.subs[0].st->info.name,
+                  "reason=" + reason);
   sink_.close(c.ref, reason);
   closed(c.id);
 }

@@ -276,7 +276,8 @@ private:
   std::unordered_map<std::string, int64_t> by_name_;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
   std::vector<Connection *> paging_;
-  std::multimap<int64_t, uint64_t> expiries_; // credential end -> connection (Connection::expires_at_s)
+  // Credential end -> connection (Connection::expires_at_s), for end_expired().
+  std::multimap<int64_t, uint64_t> expiries_;
   Stream *batching_ = nullptr;             // the stream whose run of rows is batched (at most one)
   static constexpr size_t kBatchRows = 64; // rows in one batch at most
   std::vector<Connection *> subscriber_conns_;

@@ -53,8 +53,7 @@ void wake_workers() {
 }
 
 void nap() {
-  (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
-                  PG_WAIT_EXTENSION);
+  (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
   ResetLatch(MyLatch);
   CHECK_FOR_INTERRUPTS();
 }

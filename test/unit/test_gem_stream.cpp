@@ -39,7 +39,8 @@ TEST(GemStream, OnlyTheGemsQueue) {
     ASSERT_TRUE(gem_stream(spelling, &gs)) << spelling;
     EXPECT_FALSE(is_gem_queue(gs, "pgmq", "q_orders_internal")) << spelling;
     EXPECT_TRUE(is_gem_queue(gs, "pgmq", "q_pgbus_a_b")) << spelling;
-    EXPECT_TRUE(is_gem_queue(gs, "pgbus_stream", "q_pgbus_a_b")) << spelling; // create_stream without PGMQ
+    // create_stream's own queue when PGMQ is not installed
+    EXPECT_TRUE(is_gem_queue(gs, "pgbus_stream", "q_pgbus_a_b")) << spelling;
     EXPECT_FALSE(is_gem_queue(gs, "public", "q_pgbus_a_b")) << spelling;
   }
   GemStream none;
