@@ -59,6 +59,7 @@ char *secret_key_base = nullptr;
 char *jwt_secret = nullptr;
 char *token_cookie = nullptr;
 bool stats_enabled = false;
+char *stats_table = nullptr;
 bool standby_records = true;
 int stats_max_age_s = 7 * 86400;
 int max_pending_streams = 1024;
@@ -315,6 +316,11 @@ static void define_gucs() {
       "pgbus_stream.stats_enabled",
       "Record one row per broadcast, connect and disconnect in pgbus_stream.stream_stats.", nullptr,
       &stats_enabled, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+  DefineCustomStringVariable(
+      "pgbus_stream.stats_table",
+      "Table stats_enabled writes, with the pgbus gem's semantics (its pgbus_stream_stats: one "
+      "broadcast row per batch); empty: pgbus_stream.stream_stats, one row per broadcast.",
+      nullptr, &stats_table, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "pgbus_stream.stats_max_age", "Age after which stream_stats rows are deleted.", nullptr,
       &stats_max_age_s, 7 * 86400, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);

@@ -40,6 +40,7 @@ extern char *secret_key_base;
 extern char *jwt_secret;
 extern char *token_cookie;
 extern bool stats_enabled;
+extern char *stats_table; // the app's history table ("": pgbus_stream.stream_stats)
 extern bool standby_records; // capture writes WAL records for hot standbys
 extern int stats_max_age_s;
 extern int max_pending_streams; // awaited streams in shared memory (restart)

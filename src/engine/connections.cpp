@@ -1,6 +1,7 @@
 // Engine: subscribing, closing, what connections() shows, durable
 // subscriber cursors, retention and history. docs/ARCHITECTURE.md,
 // "Connecting" and "Durable subscribers".
+#include "core/names.hpp"
 #include "core/sse.hpp"
 #include "engine/engine.hpp"
 #include "engine/state.hpp"
@@ -76,6 +77,17 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     lookup(who.signed_name, &failed);
     wanted = {auth::Gate::signed_target(
         who, [&](const std::string &n) { return by_name_.count(n) > 0; })};
+    // A name the gem cannot make a queue of (longer than PGMQ allows) is
+    // never a stream: said now, rather than a stream that waits forever.
+    if (wanted[0].empty()) {
+      const size_t len =
+          names::normalize(std::string(names::kGemPrefix) + who.signed_name).size();
+      return reject(400, len > names::kMaxQueueName
+                             ? "stream name too long: its queue name (pgbus_ + the name, "
+                               "normalized) would have " + std::to_string(len) +
+                                   " characters, more than the 47 of PGMQ and the pgbus gem\n"
+                             : std::string("stream name makes no queue name\n"));
+    }
   }
   if (wanted.empty())
     return reject(400, "no stream named\n");
@@ -86,6 +98,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   c->ctx = who.ctx;
   c->sub = who.sub;
   c->presence = req.presence;
+  c->one_line = req.gem;
   bool any_private = false;
   for (const std::string &name : wanted) {
     Stream *st = find_by_name(name);
@@ -262,10 +275,21 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   const std::string since = conn_token(*c);
   std::string preamble;
   sse::append_retry(preamble, 2000);
-  preamble.pop_back(); // one block: retry, comment and the connected event
-  preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
-  sse::append_event(preamble, "", "pgbus:connected",
-                    "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
+  if (req.gem) {
+    // The gem's own bytes: retry and the open comment as two blocks, naming
+    // the cursor given (its integer, or a token of ours) and the signed name.
+    sse::append_comment(preamble, "pgbus stream open since_id=" +
+                                      (req.cursor ? *req.cursor : since) + " stream=" +
+                                      (req.signed_name.empty() ? names : who.signed_name));
+  } else {
+    preamble.pop_back(); // one block: retry, comment and the connected event
+    preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
+    if (!req.connected)
+      preamble += "\n";
+  }
+  if (req.connected)
+    sse::append_event(preamble, "", "pgbus:connected",
+                      "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
   preamble += gaps;
   c->ref = sink_.open(c->id, std::move(preamble), since);
   if (c->ref == nullptr) {
@@ -293,6 +317,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     }
     set_wake(*s.st, true); // until its rows show that every subscription here pages
     s.st->conns.push_back(conn);
+    s.st->one_line_conns += conn->one_line;
     obs_.subscribers(s.st->handle, 1);
     heat(*s.st); // a new subscription syncs when the horizon next moves
     record_history(s.st->info.name, "connect", 0, 0);
@@ -328,6 +353,7 @@ void Engine::closed(uint64_t conn_id) {
     obs_.subscribers(s.st->handle, -1);
     auto &v = s.st->conns;
     v.erase(std::remove(v.begin(), v.end(), c), v.end());
+    s.st->one_line_conns -= c->one_line;
     if (v.empty()) {
       watched_.erase(std::remove(watched_.begin(), watched_.end(), s.st), watched_.end());
       obs_.watched(s.st->handle, false);
@@ -517,6 +543,7 @@ void Engine::record_history(const std::string &stream, const char *event, double
 }
 
 bool Engine::flush_history() {
+  end_stats_batch();
   if (history_.empty())
     return true;
   if (!read_ok(rows_.store_history(history_)))

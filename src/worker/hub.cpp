@@ -29,6 +29,7 @@ engine::Config engine_config() {
   // deletions replicate).
   const bool standby = in_recovery();
   c.stats_enabled = guc::stats_enabled && !standby;
+  c.stats_per_batch = guc::stats_table && guc::stats_table[0] != '\0';
   c.default_retention = guc::default_retention_s > 0 && !standby;
   c.max_pending_streams = (size_t)guc::max_pending_streams;
   c.negative_cache_size = (size_t)guc::negative_cache_size;
@@ -185,6 +186,12 @@ Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
   shmem::clear_awaited(worker_index_);
   reader_.start();
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  rows_.set_stats_table(guc::stats_table ? guc::stats_table : "");
+}
+
+void Hub::configure() {
+  engine_.configure(engine_config());
+  rows_.set_stats_table(guc::stats_table ? guc::stats_table : "");
 }
 
 Hub::~Hub() = default; // the engine releases every connection still open
@@ -293,6 +300,8 @@ void Hub::subscribe(const http::Request &req) {
   s.subscriber = req.subscriber;
   s.remote_addr = req.remote_addr;
   s.presence = req.presence;
+  s.gem = req.gem_route;
+  s.connected = req.connected;
   engine_.set_now((int64_t)GetCurrentTimestamp());
   catalog_state();
   if (!engine_.subscribe(s, false, batch_bounded_)) {
