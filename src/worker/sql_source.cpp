@@ -337,7 +337,7 @@ bool SqlRowSource::prune_history(int64_t max_age_s) {
 namespace {
 
 constexpr const char *kAppTableCheck =
-    "SELECT c.oid::regclass::text, "
+    "SELECT c.oid::text, "
     "  (SELECT a.atttypid = 'timestamp'::regtype FROM pg_attribute a "
     "    WHERE a.attrelid = c.oid AND a.attname = 'created_at' AND NOT a.attisdropped), "
     "  CASE "
@@ -395,7 +395,9 @@ bool SqlRowSource::app_table(pg::SpiTx &tx, std::string *target, bool *utc) {
   }
   // From here names resolve in pg_catalog only, and the table's name is qualified.
   tx.query("SELECT set_config('search_path', 'pg_catalog, pg_temp', true)");
-  *target = tx.query("SELECT $1::regclass::text", {pg::Arg::txt(*t.at(0, 0))}).at(0, 0).value_or("");
+  *target = tx.query("SELECT $1::text::oid::regclass::text", {pg::Arg::txt(*t.at(0, 0))})
+                .at(0, 0)
+                .value_or("");
   *utc = t.at(0, 1).value_or("f") == "t";
   return true;
 }
