@@ -277,10 +277,9 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   sse::append_retry(preamble, 2000);
   if (req.gem) {
     // The gem's own bytes: retry and the open comment as two blocks, naming
-    // the cursor given (its integer, or a token of ours) and the signed name.
+    // the cursor given (its integer, or a token of ours) and the stream.
     sse::append_comment(preamble, "pgbus stream open since_id=" +
-                                      (req.cursor ? *req.cursor : since) + " stream=" +
-                                      (req.signed_name.empty() ? names : who.signed_name));
+                                      (req.cursor ? *req.cursor : since) + " stream=" + names);
   } else {
     preamble.pop_back(); // one block: retry, comment and the connected event
     preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";

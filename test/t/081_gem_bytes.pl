@@ -43,13 +43,14 @@ sub gem_path { return "/pgbus/streams/" . signed($_[0], $KEY) }
 my $name = 'gid://app/Room/7:messages';
 my $queue = gem_create($pg, $name);
 is($queue, 'pgbus_gid_appRoom7_messages', 'the gem\'s queue name');
+my $stream = $pg->safe_psql('postgres', "SELECT name FROM pgbus_stream.streams WHERE queue_name = lower('$queue')");
 my $c = $pg->sse(gem_path($name) . '?since=0');
 is($c->status, 200, 'gem route: 200');
 my $id = gem_send($pg, $name, $PARTIAL);
 ok($c->wait_for_events(1, 10), 'the partial arrives');
 $c->poll(0.3);
 my $body = $c->body;
-my $preamble = "retry: 2000\n\n: pgbus stream open since_id=0 stream=$name\n\n";
+my $preamble = "retry: 2000\n\n: pgbus stream open since_id=0 stream=$stream\n\n";
 is(substr($body, 0, length $preamble), $preamble, 'preamble: the gem\'s two blocks, no pgbus:connected');
 my $rest = substr($body, length $preamble);
 like($rest, qr/\Aid: [^\n]+\nevent: turbo-stream\ndata: \Q$GEM_DATA\E\n\n\z/,
@@ -66,7 +67,7 @@ gem_send($pg, $name, "second\nline");
 $c = $pg->sse('/streams/' . signed($name, $KEY), headers => { 'Last-Event-ID' => $last });
 ok($c->wait_for_events(1, 10), 'signed /streams/<token>: the next one');
 $c->poll(0.3);
-like($c->body, qr/\Aretry: 2000\n\n: pgbus stream open since_id=\Q$last\E stream=\Q$name\E\n\nid: [^\n]+\nevent: turbo-stream\ndata: secondline\n\n\z/,
+like($c->body, qr/\Aretry: 2000\n\n: pgbus stream open since_id=\Q$last\E stream=\Q$stream\E\n\nid: [^\n]+\nevent: turbo-stream\ndata: secondline\n\n\z/,
 	'signed /streams/<token>: the gem\'s bytes too');
 $c->close;
 
@@ -100,7 +101,6 @@ ok(!defined $c->retry || $c->retry == 2000, 'framing: no retry injected');
 $c->close;
 
 # This server's own route keeps split lines and pgbus:connected.
-my $stream = $pg->safe_psql('postgres', "SELECT name FROM pgbus_stream.streams WHERE queue_name = lower('$queue')");
 $c = $pg->sse("/streams/$stream?since=0", headers => { Authorization => 'Bearer ' . jwt($JWT) });
 ok($c->wait_for_events(2, 10), 'own route: events');
 is(($c->events)[0]{event}, 'pgbus:connected', 'own route: pgbus:connected');
@@ -126,7 +126,7 @@ for my $n ('Z2lkOi8vYXBwL1VzZXIvMQ', 'Z2lkOi8vYXBwL1VzZXIvMQ:messages', 'chat-ro
 	my $n = 'gid://app/Order/42:messages';
 	my $s = $pg->sse(gem_path($n) . '?since=0');
 	is($s->status, 200, 'before the queue exists: 200');
-	ok(defined $s->wait_for_comment(qr/^pgbus stream open since_id=0 stream=\Q$n\E$/, 10),
+	ok(defined $s->wait_for_comment(qr/^pgbus stream open since_id=0 stream=(?i:gid_appOrder42_messages)$/, 10),
 		'before the queue exists: the open comment');
 	is($s->event_count, 0, 'before the queue exists: no event');
 	gem_create($pg, $n);
