@@ -68,6 +68,7 @@ module.exports = {
       await send('first-1');
       await send('first-2');
       await allThere('partials on the first connection (fetch)');
+      await check('first connection, fetch parser');
       for (const [where, page] of Object.entries(pages)) {
         const g = await page.evaluate(() => window.__gem);
         assert.equal(g.fetchStatus, 200, `${where}: the first fetch is 200`);
@@ -76,7 +77,6 @@ module.exports = {
         assert.ok(g.frames.every((f) => f.event === 'turbo-stream' || (f.event === 'message' && f.id === null)),
           `${where}: no pgbus:connected, nothing but turbo-stream (${JSON.stringify(g.frames)})`);
       }
-      await check('first connection, fetch parser');
 
       // The worker restarts under the pages: each element moves to its
       // EventSource with ?since=<last id>.
