@@ -52,8 +52,9 @@ TEST(SseOneLine, DerivedFromTheSplitFrame) {
     ASSERT_EQ(one_line_frame(split), one_line("", ev, data)) << i;
     const bool single = data.find_first_of(std::string("\r\n", 2)) == std::string::npos;
     ASSERT_EQ(has_one_data_line(split), single) << i;
-    if (single)
+    if (single) {
       ASSERT_EQ(one_line_frame(split), split);
+    }
   }
 }
 
