@@ -39,6 +39,17 @@ int Gate::authenticate(std::string_view signed_name, std::string_view bearer_or_
     if (!verify_signed_name(signed_name, verifier_keys_, now_s, &id->signed_name, reason))
       return 401;
     id->present = true;
+    // A JWT beside it (the app's sign-in cookie, say) brings who reads and
+    // the audience context; the signed name alone decides the stream, so
+    // the JWT's streams claim is not consulted, and one that does not
+    // verify is ignored.
+    const std::string_view jwt = bearer_or_query.empty() ? cookie : bearer_or_query;
+    Claims c;
+    std::string ignored;
+    if (!jwt.empty() && verify_jwt(jwt, jwt_secret_, now_s, &c, &ignored)) {
+      id->sub = std::move(c.sub);
+      id->ctx = std::move(c.ctx);
+    }
     return 0;
   }
   const bool from_cookie = bearer_or_query.empty();

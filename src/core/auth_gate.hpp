@@ -52,6 +52,8 @@ public:
 
   // Verifies the credential of a request: the signed name of the route if
   // any, else the first of bearer_or_query and cookie that is not empty.
+  // Beside a signed name, a JWT that verifies (bearer_or_query, else the
+  // cookie) gives the identity its sub and ctx, never more streams.
   // Returns 0 (with *id filled; id->present false when none was given, or
   // when the JWT did not verify: id->fault says why) or 401 with a reason
   // (a signed name that does not verify).

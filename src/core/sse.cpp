@@ -114,6 +114,59 @@ void append_event(std::string &out, std::string_view id, std::string_view event,
   out.push_back('\n');
 }
 
+void append_event_one_line(std::string &out, std::string_view id, std::string_view event,
+                           std::string_view data) {
+  reserve_more(out, id.size() + event.size() + data.size() + 32);
+  append_field(out, "id: ", id);
+  append_field(out, "event: ", event);
+  out.append(kData);
+  for (char c : data)
+    if (!is_line_break_or_nul(c))
+      out.push_back(c);
+  out.append("\n\n");
+}
+
+// "\ndata: " only ever starts a line: field values hold no line break.
+bool has_one_data_line(std::string_view frame) {
+  size_t n = frame.compare(0, kData.size(), kData) == 0 ? 1 : 0;
+  for (size_t at = frame.find("\ndata: "); at != std::string_view::npos;
+       at = frame.find("\ndata: ", at + 1))
+    if (++n > 1)
+      return false;
+  return true;
+}
+
+// A frame of append_event has no line break inside a field, so its lines are
+// the optional id and event lines, the data lines, then the empty line.
+std::string one_line_frame(std::string_view frame) {
+  std::string out;
+  out.reserve(frame.size());
+  size_t pos = 0;
+  bool in_data = false;
+  while (pos < frame.size()) {
+    size_t eol = frame.find('\n', pos);
+    if (eol == std::string_view::npos)
+      eol = frame.size();
+    const std::string_view line = frame.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.empty())
+      break;
+    if (line.compare(0, kData.size(), kData) == 0) {
+      if (!in_data)
+        out.append(kData);
+      in_data = true;
+      out.append(line.substr(kData.size()));
+      continue;
+    }
+    out.append(line);
+    out.push_back('\n');
+  }
+  if (!in_data)
+    out.append(kData);
+  out.append("\n\n");
+  return out;
+}
+
 void append_comment(std::string &out, std::string_view text) {
   reserve_more(out, text.size() + 4);
   out.append(": ");

@@ -18,6 +18,21 @@ namespace pgbs::sse {
 void append_event(std::string &out, std::string_view id, std::string_view event,
                   std::string_view data);
 
+// The pgbus gem's framing of the same event (its routes, README "Wire
+// format"): one "data: " line holding `data` with every CR, LF and NUL
+// removed, so that a parser which trims each data line and joins them with
+// nothing (the gem's element) reads what the gem sends.
+void append_event_one_line(std::string &out, std::string_view id, std::string_view event,
+                           std::string_view data);
+
+// The one-line form of an event append_event() wrote (no id line), derived
+// from its bytes: its data lines joined with nothing. Equal to
+// append_event_one_line() of the same event and data.
+std::string one_line_frame(std::string_view frame);
+// True when a frame of append_event() has a single data line: its one-line
+// form is the frame itself (a payload without line breaks, the usual case).
+bool has_one_data_line(std::string_view frame);
+
 // Appends ": <text>\n\n"; CR/LF/NUL in text become spaces.
 void append_comment(std::string &out, std::string_view text);
 

@@ -42,41 +42,49 @@ void Engine::flush_batch() {
   st.batch_bytes = 0;
   st.riders = 0;
   const size_t n = rows.size();
-  // Riders that got every row from index i on (a difference array), and
-  // rows got or dropped one by one.
-  std::vector<int64_t> got_from(n, 0), dropped_from(n, 0), got(n, 0), dropped(n, 0);
-  std::vector<uint64_t> bytes(n, 0);    // of the rows got one by one
-  std::vector<size_t> suffix(n + 1, 0); // bytes of the rows from i on
-  for (size_t i = n; i-- > 0;)
-    suffix[i] = suffix[i + 1] + rows[i].frame->size();
-  std::shared_ptr<const std::string> joined; // built once a rider takes it
-  size_t joined_from = n;
-  uint32_t last_at = 0;
+  // Riders that got every row from index i on (a difference array, per
+  // framing: [1] is the gem's one-line framing), and rows got or dropped
+  // one by one.
+  std::vector<int64_t> got_from[2] = {std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0)};
+  std::vector<int64_t> dropped_from(n, 0), got(n, 0), dropped(n, 0);
+  std::vector<uint64_t> bytes(n, 0); // of the rows got one by one
+  std::vector<size_t> suffix[2];     // bytes of the rows from i on, per framing
+  // The joined run from a row on, per framing: built once a rider takes it.
+  std::shared_ptr<const std::string> joined[2];
+  size_t joined_from[2] = {n, n};
+  uint32_t last_at[2] = {0, 0};
   for (Connection *c : st.conns) {
     if (!c->riding)
       continue;
     c->riding = false;
+    const int d = c->one_line ? 1 : 0;
+    if (suffix[d].empty()) {
+      suffix[d].assign(n + 1, 0);
+      for (size_t i = n; i-- > 0;)
+        suffix[d][i] = suffix[d][i + 1] + rows[i].frame_of(d)->size();
+    }
     const size_t from = std::min(c->ride_from, n);
-    if (n - from >= 2 && fits(*c, n - from, suffix[from])) {
-      if (joined_from != from) {
+    if (n - from >= 2 && fits(*c, n - from, suffix[d][from])) {
+      if (joined_from[d] != from) {
         auto text = std::make_shared<std::string>();
-        text->reserve(suffix[from]);
+        text->reserve(suffix[d][from]);
         for (size_t i = from; i < n; ++i) {
-          last_at = (uint32_t)text->size();
-          text->append(*rows[i].frame);
+          last_at[d] = (uint32_t)text->size();
+          text->append(*rows[i].frame_of(d));
         }
-        joined = std::move(text);
-        joined_from = from;
+        joined[d] = std::move(text);
+        joined_from[d] = from;
       }
       OutFrame f;
-      f.body = joined;
+      f.body = joined[d];
       f.events = (uint32_t)(n - from);
-      f.last_at = last_at;
-      (push(*c, std::move(f), true) ? got_from : dropped_from)[from]++; // rows from..n-1
+      f.last_at = last_at[d];
+      (push(*c, std::move(f), true) ? got_from[d] : dropped_from)[from]++; // rows from..n-1
       continue;
     }
     for (size_t i = from; i < n; ++i) {
       Sub &sub = c->subs[0];
+      const auto &frame = rows[i].frame_of(d);
       if (!sub.synced) {
         // It waited at an earlier row: a later one may still be below where
         // it pages from (ids committed out of order), as in deliver().
@@ -89,7 +97,7 @@ void Engine::flush_batch() {
         bytes[i] += batch_.bytes - by;
         continue;
       }
-      if (lags(*c) && !room(*c, rows[i].frame->size())) {
+      if (lags(*c) && !room(*c, frame->size())) {
         sub.pos = rows[i].before;
         sub.synced = false;
         counters_.deferred++;
@@ -97,23 +105,26 @@ void Engine::flush_batch() {
         continue;
       }
       OutFrame f;
-      f.body = rows[i].frame;
+      f.body = frame;
       if (push(*c, std::move(f), true)) {
         got[i]++;
-        bytes[i] += rows[i].frame->size();
+        bytes[i] += frame->size();
       } else {
         dropped[i]++;
       }
     }
   }
-  int64_t g = 0, d = 0;
+  int64_t g[2] = {0, 0}, dr = 0;
   for (size_t i = 0; i < n; ++i) {
-    g += got_from[i];
-    d += dropped_from[i];
-    const uint64_t mine = (uint64_t)(g + got[i]), lost = (uint64_t)(d + dropped[i]);
+    g[0] += got_from[0][i];
+    g[1] += got_from[1][i];
+    dr += dropped_from[i];
+    const uint64_t mine = (uint64_t)(g[0] + g[1] + got[i]), lost = (uint64_t)(dr + dropped[i]);
     batch_ = rows[i].others;
     batch_.delivered += mine;
-    batch_.bytes += (uint64_t)g * rows[i].frame->size() + bytes[i];
+    batch_.bytes += (uint64_t)g[0] * rows[i].frame->size() + bytes[i];
+    if (g[1] > 0)
+      batch_.bytes += (uint64_t)g[1] * rows[i].frame1->size();
     batch_.dropped += lost;
     flush_stats(st, rows[i].commit_us);
   }

@@ -102,6 +102,14 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     names::queue_name(who.signed_name, &qerr);
     if (qerr == names::QueueNameError::Empty)
       return reject(400, "signed stream name maps to no stream name (no letter, digit or \"_\")\n");
+    // A name the gem cannot make a queue of (longer than PGMQ allows) is
+    // never a stream: said now, rather than a stream that waits forever.
+    if (qerr == names::QueueNameError::TooLong) {
+      const size_t len = names::normalize(std::string(names::kGemPrefix) + who.signed_name).size();
+      return reject(400, "stream name too long: its queue name (pgbus_ + the name, normalized) would have " +
+                             std::to_string(len) +
+                             " characters, more than the 47 of PGMQ and the pgbus gem\n");
+    }
     bool failed = false;
     wanted = {signed_target(who.signed_name, &failed)};
     if (failed)
@@ -119,6 +127,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   c->sub = who.sub;
   c->presence = req.presence;
   c->expires_at_s = who.expires_at;
+  c->one_line = req.gem;
   for (const std::string &name : wanted) {
     Stream *st = find_by_name(name);
     // Every way to make a stream public moves the catalog version: with the
@@ -292,10 +301,20 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   const std::string since = conn_token(*c);
   std::string preamble;
   sse::append_retry(preamble, 2000);
-  preamble.pop_back(); // one block: retry, comment and the connected event
-  preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
-  sse::append_event(preamble, "", "pgbus:connected",
-                    "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
+  if (req.gem) {
+    // The gem's own bytes: retry and the open comment as two blocks, naming
+    // the cursor given (its integer, or a token of ours) and the stream.
+    sse::append_comment(preamble, "pgbus stream open since_id=" +
+                                      (req.cursor ? *req.cursor : since) + " stream=" + names);
+  } else {
+    preamble.pop_back(); // one block: retry, comment and the connected event
+    preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
+    if (!req.connected)
+      preamble += "\n";
+  }
+  if (req.connected)
+    sse::append_event(preamble, "", "pgbus:connected",
+                      "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
   preamble += gaps;
   c->ref = sink_.open(c->id, std::move(preamble), since);
   if (c->ref == nullptr) {
@@ -325,6 +344,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     }
     set_wake(*s.st, true); // until its rows show that every subscription here pages
     s.st->conns.push_back(conn);
+    s.st->one_line_conns += conn->one_line;
     obs_.subscribers(s.st->handle, 1);
     heat(*s.st); // a new subscription syncs when the horizon next moves
     record_history(s.st->info.name, "connect", 0, 0);
@@ -362,6 +382,7 @@ void Engine::closed(uint64_t conn_id) {
     obs_.subscribers(s.st->handle, -1);
     auto &v = s.st->conns;
     v.erase(std::remove(v.begin(), v.end(), c), v.end());
+    s.st->one_line_conns -= c->one_line;
     if (v.empty()) {
       watched_.erase(std::remove(watched_.begin(), watched_.end(), s.st), watched_.end());
       obs_.watched(s.st->handle, false);
@@ -551,6 +572,7 @@ void Engine::record_history(const std::string &stream, const char *event, double
 }
 
 bool Engine::flush_history() {
+  end_stats_batch();
   if (history_.empty())
     return true;
   if (!read_ok(rows_.store_history(history_)))

@@ -128,8 +128,7 @@ void Engine::notice(Connection &c, size_t k, const std::string &fields) {
 }
 
 // Queues one row on one subscription; false when it was deferred or held.
-bool Engine::deliver(Connection &c, size_t k, const Row &row,
-                     const std::shared_ptr<const std::string> &body,
+bool Engine::deliver(Connection &c, size_t k, const Row &row, const Body &encoded,
                      const std::shared_ptr<const std::string> *shared_frame) {
   Sub &sub = c.subs[k];
   Stream &st = *sub.st;
@@ -144,6 +143,7 @@ bool Engine::deliver(Connection &c, size_t k, const Row &row,
       sub.pos.add(row.msg_id);
     return true;
   }
+  const std::shared_ptr<const std::string> &body = encoded.get(c.one_line);
   // Lag: a frame that does not fit waits; paging sends it when the socket
   // drained. The subscription's position is as before this row.
   auto wait = [&](cursor::StreamPosition *before) {
@@ -218,8 +218,13 @@ bool Engine::page(Connection &c, size_t k) {
     auto it =
         std::upper_bound(st.tail.begin(), st.tail.end(), sub.page_after,
                          [](int64_t id, const Stream::TailRow &r) { return id < r.row.msg_id; });
-    for (; it != st.tail.end() && items.size() < page; ++it)
+    for (; it != st.tail.end() && items.size() < page; ++it) {
+      if (c.one_line && !it->body.one_line) { // made once, kept with the row for the next ones
+        it->body.get(true);
+        st.tail_bytes += it->body.bytes() - it->body.lines->size();
+      }
       items.push_back(*it);
+    }
   } else {
     if (now_us_ < st.retry_at_us)
       return false;
@@ -265,7 +270,7 @@ bool Engine::page(Connection &c, size_t k) {
     // committed earlier. Below the horizon every row is settled.
     for (Row &r : rows) {
       if (r.msg_id <= st.pos.horizon || st.pos.covers(r.msg_id)) {
-        items.push_back({std::move(r), nullptr});
+        items.push_back({std::move(r), Body()});
         continue;
       }
       wait = true;
@@ -280,7 +285,7 @@ bool Engine::page(Connection &c, size_t k) {
   const size_t durable = items.size();
   for (const Row &e : st.ephemeral)
     if (e.msg_id > sub.page_after && e.msg_id <= upto)
-      items.push_back({e, nullptr});
+      items.push_back({e, Body()});
   const int64_t from = std::max(sub.page_after, sub.ephemeral_noticed);
   bool expired = from < st.evicted_floor && sub.pos.horizon < st.evicted_floor;
   int64_t noticed = std::min(st.evicted_floor, upto);
@@ -298,7 +303,7 @@ bool Engine::page(Connection &c, size_t k) {
               [](const auto &a, const auto &b) { return a.row.msg_id < b.row.msg_id; });
   for (const Stream::TailRow &item : items) {
     const Row &r = item.row;
-    if (!room(c, (item.body ? item.body->size() : r.data.size() + 64) + kIdLine)) {
+    if (!room(c, (item.body ? item.body.lines->size() : r.data.size() + 64) + kIdLine)) {
       flush_stats(st, 0);
       return false; // the rest is read again when the queue drains
     }
@@ -315,7 +320,7 @@ bool Engine::page(Connection &c, size_t k) {
       }
       continue;
     }
-    if (!sub.pos.covers(r.msg_id) && !deliver(c, k, r, item.body ? item.body : encode_body(r))) {
+    if (!sub.pos.covers(r.msg_id) && !deliver(c, k, r, item.body ? item.body : Body{encode_body(r), nullptr})) {
       flush_stats(st, 0);
       return false;
     }

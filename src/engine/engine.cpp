@@ -132,6 +132,8 @@ void Engine::drop_stream(int64_t id, const char *reason) {
   if (bn != by_name_.end() && bn->second == id)
     by_name_.erase(bn);
   Stream *st = it->second.get();
+  if (stats_batch_.st == st)
+    end_stats_batch();
   watched_.erase(std::remove(watched_.begin(), watched_.end(), st), watched_.end());
   hot_.erase(std::remove(hot_.begin(), hot_.end(), st), hot_.end());
   eph_checks_.erase(std::remove(eph_checks_.begin(), eph_checks_.end(), st), eph_checks_.end());
@@ -365,6 +367,7 @@ void Engine::round(std::vector<ring::Event> &events, bool complete, const Horizo
     size_t begin = 0;
     while (begin < events.size())
       begin = dispatch_slice(events, begin);
+    end_stats_batch();
   }
   // Ephemeral broadcasts lost with the ring events: every one committed
   // before the last incomplete drain is in the ring by this drain, so what
@@ -425,19 +428,27 @@ void Engine::dispatch(Stream &st, const Row &row) {
     st.pos_before = st.pos; // what a synced subscription falls back to when this row waits
   st.pos.add(row.msg_id);
   st.token_stale = true;
-  auto body = encode_body(row);
+  Body body{encode_body(row), nullptr};
+  const bool one_line = st.one_line_conns > 0;
+  if (one_line)
+    body.get(true); // once for every connection in the gem's framing (and the tail)
   if (!row.ephemeral) // ephemeral ones are retained apart (retain_ephemeral)
     tail_add(st, row, body);
   // The whole frame for connections in step with the stream, when the
-  // stream's own token is short enough to send.
-  std::shared_ptr<const std::string> frame;
+  // stream's own token is short enough to send: one per framing in use.
+  std::shared_ptr<const std::string> frame, frame1;
   if (wants_frame) {
     const std::string &token = st.token_of();
     if (token.size() <= cfg_.max_token_bytes) {
-      auto f = std::make_shared<std::string>();
-      f->reserve(token.size() + 5 + body->size());
-      f->append("id: ").append(token).append("\n").append(*body);
-      frame = std::move(f);
+      auto with_id = [&](const std::string &b) {
+        auto f = std::make_shared<std::string>();
+        f->reserve(token.size() + 5 + b.size());
+        f->append("id: ").append(token).append("\n").append(b);
+        return std::shared_ptr<const std::string>(std::move(f));
+      };
+      frame = with_id(*body.lines);
+      if (one_line)
+        frame1 = body.one_line == body.lines ? frame : with_id(*body.one_line);
     }
   }
   // A run of rows that everyone may see is batched for the connections in
@@ -459,7 +470,8 @@ void Engine::dispatch(Stream &st, const Row &row) {
           c->ride_from = at;
           st.riders++;
         } else {
-          deliver(*c, k, row, body, frame ? &frame : nullptr);
+          const auto &f = c->one_line ? frame1 : frame;
+          deliver(*c, k, row, body, f ? &f : nullptr);
         }
       }
     }
@@ -468,7 +480,7 @@ void Engine::dispatch(Stream &st, const Row &row) {
     return;
   }
   st.batch.push_back(
-      Stream::Batched{row.msg_id, row.commit_us, body, frame, st.pos_before, batch_});
+      Stream::Batched{row.msg_id, row.commit_us, body, frame, frame1, st.pos_before, batch_});
   st.batch_bytes += frame->size();
   batch_ = StreamDelta();
   batching_ = &st;
@@ -668,7 +680,7 @@ void Engine::settle_tails() {
     tails_unknown_ |= st->tail_unknown;
 }
 
-void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const std::string> &body) {
+void Engine::tail_add(Stream &st, const Row &row, const Body &body) {
   if (cfg_.memory_retention == 0 || row.msg_id <= st.tail_floor) {
     st.tail_floor = std::max(st.tail_floor, row.msg_id);
     return;
@@ -697,7 +709,7 @@ void Engine::tail_add(Stream &st, const Row &row, const std::shared_ptr<const st
   t.body = body;
   t.at_us = now_us_;
   tail.insert(at, std::move(t)); // at the end unless out of order
-  st.tail_bytes += body->size();
+  st.tail_bytes += body.bytes();
   tail_trim(st);
 }
 
@@ -715,7 +727,7 @@ void Engine::tail_trim(Stream &st) {
          (st.tail_bytes > cfg_.queue_max_bytes ||
           (tail.size() > cfg_.memory_retention &&
            now_us_ - tail.front().at_us >= cfg_.memory_retention_us))) {
-    st.tail_bytes -= tail.front().body->size();
+    st.tail_bytes -= tail.front().body.bytes();
     st.tail_floor = std::max(st.tail_floor, tail.front().row.msg_id);
     tail.pop_front();
   }
@@ -742,14 +754,34 @@ void Engine::retain_ephemeral(Stream &st, const Row &row) {
 }
 
 void Engine::flush_stats(Stream &st, int64_t commit_us) {
-  if (cfg_.stats_enabled && commit_us > 0)
+  if (cfg_.stats_enabled && commit_us > 0 && cfg_.stats_per_batch) {
+    if (stats_batch_.st != &st) {
+      end_stats_batch();
+      stats_batch_.st = &st;
+      stats_batch_.first_commit_us = commit_us;
+    }
+    stats_batch_.first_commit_us = std::min(stats_batch_.first_commit_us, commit_us);
+    stats_batch_.fanout = std::max(stats_batch_.fanout, (int64_t)batch_.delivered);
+  } else if (cfg_.stats_enabled && commit_us > 0) {
     record_history(st.info.name, "broadcast", (double)(now_us_ - commit_us) / 1000.0,
                    (int64_t)batch_.delivered);
+  }
   if (commit_us > 0 && batch_.delivered)
     batch_.latency_us = now_us_ - commit_us;
   if (batch_.delivered || batch_.dropped || batch_.bytes || batch_.failed)
     obs_.stream_figures(st.handle, batch_);
   batch_ = StreamDelta();
+}
+
+// A stream's run of rows ends when another stream's row comes or the round
+// ends: one broadcast row for it, from its first commit, with the most
+// connections one of its rows reached.
+void Engine::end_stats_batch() {
+  if (stats_batch_.st == nullptr)
+    return;
+  record_history(stats_batch_.st->info.name, "broadcast",
+                 (double)(now_us_ - stats_batch_.first_commit_us) / 1000.0, stats_batch_.fanout);
+  stats_batch_ = StatsBatch();
 }
 
 size_t Engine::retained_bytes() const {

@@ -43,6 +43,10 @@ struct Config {
   size_t replay_page_size = 0;
   std::string default_event;
   bool stats_enabled = false;
+  // History with the pgbus gem's semantics (stats_table): one broadcast row
+  // per run of a stream's rows dispatched together, its fan-out the
+  // connections it reached; otherwise one per row.
+  bool stats_per_batch = false;
   bool default_retention = false; // streams without their own retention get the default one
   size_t max_token_bytes = cursor::kMaxTokenBytes; // per stream of a token
   size_t max_pending_streams = 0; // distinct streams this process waits for at once
@@ -77,6 +81,10 @@ struct Subscribe {
   std::string signed_name, token, cookie_token;
   int64_t now_unix_s = 0;
   bool presence = false; // ?presence=1: needs a credential that covers every stream
+  // The pgbus gem's routes: its framing (one data line per event) and its
+  // preamble (no pgbus:connected frame unless `connected`).
+  bool gem = false;
+  bool connected = true;
 };
 
 struct Counters {
@@ -90,6 +98,7 @@ struct Counters {
 struct Stream;
 struct Connection;
 struct Sub;
+struct Body;
 
 class Engine {
 public:
@@ -246,8 +255,7 @@ private:
   void catch_up_all();
   void settle_tails();
   void demote(Connection &c, size_t sub, int64_t from_id);
-  bool deliver(Connection &c, size_t sub, const Row &row,
-               const std::shared_ptr<const std::string> &body,
+  bool deliver(Connection &c, size_t sub, const Row &row, const Body &body,
                const std::shared_ptr<const std::string> *shared_frame = nullptr);
   bool page(Connection &c, size_t sub);
   bool push(Connection &c, OutFrame f, bool data);
@@ -258,7 +266,8 @@ private:
   void note_written_token(Connection &c);
   void record_history(const std::string &stream, const char *event, double ms, int64_t fanout);
   void flush_stats(Stream &st, int64_t commit_us);
-  void tail_add(Stream &st, const Row &row, const std::shared_ptr<const std::string> &body);
+  void end_stats_batch(); // records the run flush_stats gathered (stats_per_batch)
+  void tail_add(Stream &st, const Row &row, const Body &body);
   void tail_trim(Stream &st); // evicts what memory_retention(_time) and queue_max_bytes no longer hold
   void retain_ephemeral(Stream &st, const Row &row);
   bool read_ok(bool ok);
@@ -301,6 +310,10 @@ private:
   std::vector<Stream *> eph_checks_;    // streams to compare after the next drain
   std::map<std::pair<std::string, std::string>, std::string> dirty_cursors_;
   std::vector<HistoryRow> history_;
+  struct StatsBatch {
+    Stream *st = nullptr;
+    int64_t first_commit_us = 0, fanout = 0;
+  } stats_batch_;
   uint64_t history_lost_ = 0;
   StreamDelta batch_;
   Counters counters_;

@@ -129,6 +129,7 @@ void Engine::start_pending(Stream &st) {
       obs_.watched(st.handle, true);
     }
     st.conns.push_back(c);
+    st.one_line_conns += c->one_line;
     heat(st); // its subscription syncs when the horizon next moves
     obs_.subscribers(st.handle, 1);
     record_history(st.info.name, "connect", 0, 0);

@@ -2,6 +2,7 @@
 #pragma once
 #include "core/cursor.hpp"
 #include "core/no_postgres.hpp"
+#include "core/sse.hpp"
 #include "engine/interfaces.hpp"
 
 #include <cstdint>
@@ -17,6 +18,30 @@
 namespace pgbs::engine {
 
 struct Connection;
+
+// A row's encoded event (no id line) in both framings (README "Wire
+// format"): `lines` for this server's routes, `one_line` for the pgbus
+// gem's, made from `lines` at its first use and then shared, so that each
+// framing is encoded once per row, not per connection. A payload without
+// line breaks has one form: both point at the same bytes.
+struct Body {
+  std::shared_ptr<const std::string> lines;
+  mutable std::shared_ptr<const std::string> one_line;
+  explicit operator bool() const { return lines != nullptr; }
+  const std::shared_ptr<const std::string> &get(bool one) const {
+    if (!one)
+      return lines;
+    if (!one_line)
+      one_line = sse::has_one_data_line(*lines)
+                     ? lines
+                     : std::make_shared<const std::string>(sse::one_line_frame(*lines));
+    return one_line;
+  }
+  // Memory held (the one-line form counted when it is bytes of its own).
+  size_t bytes() const {
+    return lines->size() + (one_line && one_line != lines ? one_line->size() : 0);
+  }
+};
 
 struct Stream {
   StreamInfo info;
@@ -41,14 +66,19 @@ struct Stream {
   struct Batched {
     int64_t msg_id;
     int64_t commit_us;
-    std::shared_ptr<const std::string> body;
-    std::shared_ptr<const std::string> frame; // id line included
+    Body body;
+    std::shared_ptr<const std::string> frame;  // id line included
+    std::shared_ptr<const std::string> frame1; // the same in one-line framing (if wanted)
+    const std::shared_ptr<const std::string> &frame_of(bool one) const {
+      return one ? frame1 : frame;
+    }
     cursor::StreamPosition before;            // pos before this row
     StreamDelta others;                       // its figures from the connections not riding
   };
   std::vector<Batched> batch;
   size_t batch_bytes = 0;
   size_t riders = 0; // connections riding the batch
+  size_t one_line_conns = 0; // connections here in the gem's framing (Connection::one_line)
   // On Engine::hot_: its horizon may move in the next round (rows came, a
   // floor holds it, a connection joined); the rounds between the full ones
   // visit only these streams.
@@ -74,7 +104,7 @@ struct Stream {
   // Every row with an id above tail_floor that this process dispatched is here.
   struct TailRow {
     Row row; // data cleared: the body carries it
-    std::shared_ptr<const std::string> body;
+    Body body;
     int64_t at_us = 0; // when it was dispatched (memory_retention_time)
   };
   // In id order, so the common case (ids dispatched in ascending order)
@@ -154,6 +184,7 @@ struct Connection {
   std::optional<std::string> sub; // the credential's identity (presence); none: anonymous
   bool presence = false;          // asked for pgbus:presence events (?presence=1)
   int64_t expires_at_s = 0;       // the credential's end (Unix time; 0: none): then it ends
+  bool one_line = false;          // the gem's routes: one data line per event (Body)
   int64_t opened_us = 0;
   std::vector<Sub> subs;
   std::vector<PendingSub> pending; // streams not born yet (Engine::settle_pending)

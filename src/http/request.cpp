@@ -70,6 +70,18 @@ int add_stream(Request *req, std::string name, size_t max_streams, std::string *
   return 0;
 }
 
+// A cursor on the gem's routes: the gem's strict integer (digits only, up
+// to INT64_MAX; no sign, space, point or exponent) or a token this server
+// sent. cursor::parse is that strict already; what it never sees here is
+// the padding a trim would remove.
+bool gem_cursor(const std::string &text) {
+  for (char c : text)
+    if (c == ' ' || c == '\t')
+      return false;
+  cursor::Cursor parsed;
+  return cursor::parse(text, &parsed, nullptr);
+}
+
 } // namespace
 
 bool percent_decode(std::string_view in, bool form, std::string *out) {
@@ -153,6 +165,7 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
     std::string name;
     if (percent_decode(raw, false, &name) && auth::looks_signed(name)) {
       req->signed_name = std::move(name);
+      req->gem_route = true;
       break;
     }
     if (raw.find('/') != std::string_view::npos || !percent_decode(raw, false, &name)) {
@@ -182,6 +195,7 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
       return 400;
     }
     req->signed_name = std::move(name);
+    req->gem_route = true;
     break;
   }
   case Route::NotFound:
@@ -194,8 +208,24 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
     since = first_value(t, "last_event_id");
   if (since) {
     req->has_since = true;
-    req->since = std::string(trim(*since));
+    // The gem's routes take the value as it came: "?since=+10" is " 10" there, a 400.
+    req->since = req->gem_route ? *since : std::string(trim(*since));
   }
+  if (req->gem_route) {
+    for (const std::string *c : {req->has_last_event_id ? &req->last_event_id : nullptr,
+                                 req->has_since ? &req->since : nullptr})
+      if (c && !gem_cursor(*c)) {
+        *reason = "invalid cursor: not an integer from 0 to 9223372036854775807 (nor a cursor "
+                  "this server sent)";
+        return 400;
+      }
+  }
+  const std::string connected = first_value_or_empty(t, "connected");
+  if (connected != "" && connected != "0" && connected != "1") {
+    *reason = "invalid connected: use 1 or 0";
+    return 400;
+  }
+  req->connected = connected.empty() ? !req->gem_route : connected == "1";
   req->replay = first_value_or_empty(t, "replay");
   req->subscriber = first_value_or_empty(t, "subscriber");
   const std::string presence = first_value_or_empty(t, "presence");

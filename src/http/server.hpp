@@ -91,6 +91,10 @@ struct Request {
   std::string token;        // Authorization: Bearer, else ?token=
   std::string cookie_token; // the Config::token_cookie cookie
   std::string signed_name;  // from /pgbus/streams/{signed-name} or /streams/{signed-name}
+  // The pgbus gem's routes (a signed name): its bytes (one data line, no
+  // pgbus:connected unless ?connected=1) and its strict integer cursors.
+  bool gem_route = false;
+  bool connected = true; // send pgbus:connected (?connected=1/0; off by default on the gem's routes)
   std::string remote_addr;  // "ip:port"
   std::string origin;       // Origin header
 };

@@ -22,6 +22,7 @@ inline engine::Config engine_config(const Settings &s, bool standby) {
   c.replay_page_size = (size_t)s.replay_page_size;
   c.default_event = s.default_event;
   c.stats_enabled = s.stats_enabled && !standby;
+  c.stats_per_batch = !s.stats_table.empty();
   c.default_retention = s.default_retention_s > 0 && !standby;
   c.max_pending_streams = (size_t)s.max_pending_streams;
   c.negative_cache_size = (size_t)s.negative_cache_size;

@@ -159,6 +159,7 @@ void define() {
   define_string("pgbus_stream.token_cookie", &S::token_cookie, "Cookie that may carry a stream JWT (empty: cookies are not read).", nullptr, PGC_SIGHUP, kSecret);
   define_bool("pgbus_stream.admin_loopback_only", &S::admin_loopback_only, "Answer /, /metrics, /stats.json and /healthz only to loopback clients.", nullptr, PGC_SIGHUP, 0);
   define_bool("pgbus_stream.stats_enabled", &S::stats_enabled, "Record one row per broadcast, connect and disconnect in pgbus_stream.stream_stats.", nullptr, PGC_SIGHUP, 0);
+  define_string("pgbus_stream.stats_table", &S::stats_table, "Table stats_enabled writes, with the pgbus gem's semantics (its pgbus_stream_stats: one broadcast row per batch); empty: pgbus_stream.stream_stats, one row per broadcast.", nullptr, PGC_SIGHUP, 0);
   define_int("pgbus_stream.stats_max_age", &S::stats_max_age_s, "Age after which stream_stats rows are deleted.", nullptr, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_bool("pgbus_stream.standby_records", &S::standby_records, "Write the WAL records hot standbys serve streams from (wal_level replica or higher); every node that replays this WAL must then preload pgbus_stream.", nullptr, PGC_POSTMASTER, 0);
   define_int("pgbus_stream.logical_hold", &S::logical_hold_ms, "How long horizons stay below rows applied by logical replication, so that a row the publisher committed out of id order within that time is still streamed.", "0 = no hold: such a row is applied, reported and not streamed.", 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS);

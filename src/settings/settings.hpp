@@ -80,6 +80,7 @@ struct Settings {
   std::string token_cookie = "";
   // History and alerts (alerts() reads the thresholds in SQL)
   bool stats_enabled = false;
+  std::string stats_table = ""; // the app's history table ("": pgbus_stream.stream_stats)
   int stats_max_age_s = 7 * 86400;
   int alert_failed_total = 1;
   int alert_overflow_dropped_total = 1;

@@ -171,6 +171,12 @@ Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
   shmem::disconnect_worker_start(worker_index_); // nothing posted before concerns it
   reader_.start();
   pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  rows_.set_stats_table(settings::current().stats_table);
+}
+
+void Hub::configure() {
+  engine_.configure(engine_config());
+  rows_.set_stats_table(settings::current().stats_table);
 }
 
 Hub::~Hub() = default; // the engine releases every connection still open
@@ -279,6 +285,8 @@ void Hub::subscribe(const http::Request &req) {
   s.subscriber = req.subscriber;
   s.remote_addr = req.remote_addr;
   s.presence = req.presence;
+  s.gem = req.gem_route;
+  s.connected = req.connected;
   engine_.set_now((int64_t)GetCurrentTimestamp());
   catalog_state();
   if (!engine_.subscribe(s, false, batch_bounded_)) {

@@ -71,7 +71,7 @@ public:
   Hub(http::Server &server, uint32_t dboid, int worker_index);
   ~Hub();
 
-  void configure() { engine_.configure(engine_config()); } // after SIGHUP
+  void configure(); // after SIGHUP
   // Keys subscribe() verifies credentials with (start, SIGHUP).
   void configure_auth(const auth::Secrets &s) { engine_.configure_auth(s); }
   // Rules of visible_to labels (owned by the caller; none: labelled messages reach no one).

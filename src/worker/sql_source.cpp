@@ -9,6 +9,7 @@
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 
+#include <ctime>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -504,6 +505,8 @@ bool SqlRowSource::store_history(const std::vector<engine::HistoryRow> &rows) {
             ",\"f\":" + std::to_string(h.fanout) + "}";
   }
   json += "]";
+  if (!stats_table_.empty())
+    return store_app_history(json);
   return run("history store", [&](pg::SpiTx &tx) {
     tx.query(
         "INSERT INTO pgbus_stream.stream_stats (stream_name, event_type, duration_ms, fanout) "
@@ -514,10 +517,120 @@ bool SqlRowSource::store_history(const std::vector<engine::HistoryRow> &rows) {
 }
 
 bool SqlRowSource::prune_history(int64_t max_age_s) {
+  if (!stats_table_.empty())
+    return prune_app_history(max_age_s);
   return run("history prune", [&](pg::SpiTx &tx) {
     tx.query("DELETE FROM pgbus_stream.stream_stats WHERE id IN (SELECT id FROM "
              "pgbus_stream.stream_stats WHERE created_at < now() - make_interval(secs => $1) "
              "ORDER BY id LIMIT 10000)",
+             {pg::Arg::int8(max_age_s)}, false);
+  });
+}
+
+// ---- the app's own stats table (pgbus_stream.stats_table) -------------------
+//
+// A table the app owns (the pgbus gem's pgbus_stream_stats, made by a Rails
+// migration) is written by a superuser process. It is written only when
+// writing it runs no code its owner controls: a plain heap table without
+// triggers, rules, check / foreign-key / exclusion constraints, expression
+// or partial indexes, operator classes, column types or defaults of its own
+// (the id's nextval() and now() are fine). Anything else is refused with a
+// warning naming why. To be replaced by running the statements as the
+// table's owner under SECURITY_RESTRICTED_OPERATION once the worker can
+// (the INSERT and DELETE below are the statements to wrap).
+namespace {
+
+constexpr const char *kAppTableCheck =
+    "SELECT c.oid::text, "
+    "  (SELECT a.atttypid = 'timestamp'::regtype FROM pg_attribute a "
+    "    WHERE a.attrelid = c.oid AND a.attname = 'created_at' AND NOT a.attisdropped), "
+    "  CASE "
+    "  WHEN c.relkind <> 'r' OR c.relispartition THEN 'it is not a plain table' "
+    "  WHEN c.relam <> (SELECT oid FROM pg_am WHERE amname = 'heap') THEN 'it is not a heap table' "
+    "  WHEN c.relhasrules THEN 'it has rules' "
+    "  WHEN EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) "
+    "    THEN 'it has triggers' "
+    "  WHEN EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid "
+    "               AND k.contype IN ('c', 'f', 'x', 't')) "
+    "    THEN 'it has check, foreign-key or exclusion constraints' "
+    "  WHEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND "
+    "               (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL OR EXISTS ( "
+    "                 SELECT 1 FROM pg_opclass o WHERE o.oid = ANY (i.indclass::oid[]) "
+    "                 AND o.opcnamespace <> 'pg_catalog'::regnamespace))) "
+    "    THEN 'it has an expression or partial index, or an operator class of its own' "
+    "  WHEN EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_type y ON y.oid = a.atttypid "
+    "               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+    "               AND (y.typnamespace <> 'pg_catalog'::regnamespace OR a.attgenerated <> '')) "
+    "    THEN 'it has a column of a type of its own, or a generated column' "
+    "  WHEN EXISTS (SELECT 1 FROM pg_attrdef d WHERE d.adrelid = c.oid AND "
+    "               pg_get_expr(d.adbin, d.adrelid) !~ "
+    "                 '^(nextval\\(''[^'']*''::regclass\\)|now\\(\\)|CURRENT_TIMESTAMP)$') "
+    "    THEN 'it has a column default other than nextval() and now()' "
+    "  WHEN (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND NOT a.attisdropped "
+    "        AND a.attname IN ('stream_name', 'event_type', 'duration_ms', 'fanout', "
+    "                          'created_at')) <> 5 "
+    "    THEN 'it lacks one of the columns stream_name, event_type, duration_ms, fanout, "
+    "created_at' "
+    "  END "
+    "FROM pg_class c WHERE c.oid = to_regclass($1)";
+
+} // namespace
+
+// In the statement's transaction: the table, safe to write (*target its
+// qualified name, *utc when created_at is a timestamp without time zone,
+// which Rails fills in UTC); false (with the reason, warned about once a
+// minute at most) when it is not to be written.
+bool SqlRowSource::app_table(pg::SpiTx &tx, std::string *target, bool *utc) {
+  pg::Table t = tx.query(kAppTableCheck, {pg::Arg::txt(stats_table_)});
+  std::string refused;
+  if (t.rows() == 0)
+    refused = "pgbus_stream.stats_table \"" + stats_table_ + "\" does not exist";
+  else if (t.at(0, 2))
+    refused = "pgbus_stream.stats_table \"" + stats_table_ + "\" is not written because " +
+              *t.at(0, 2);
+  if (!refused.empty()) {
+    const int64_t now = (int64_t)time(nullptr);
+    if (refused != last_refusal_ || now - last_refusal_at_ >= 60) {
+      pg::warn(refused + " (history rows are kept for a later try)");
+      last_refusal_ = refused;
+      last_refusal_at_ = now;
+    }
+    return false;
+  }
+  // From here names resolve in pg_catalog only, and the table's name is qualified.
+  tx.query("SELECT set_config('search_path', 'pg_catalog, pg_temp', true)");
+  *target = tx.query("SELECT $1::text::oid::regclass::text", {pg::Arg::txt(*t.at(0, 0))})
+                .at(0, 0)
+                .value_or("");
+  *utc = t.at(0, 1).value_or("f") == "t";
+  return true;
+}
+
+bool SqlRowSource::store_app_history(const std::string &json) {
+  bool written = false;
+  return run("history store", [&](pg::SpiTx &tx) {
+    std::string table;
+    bool utc = false;
+    if (!(written = app_table(tx, &table, &utc)))
+      return;
+    tx.query("INSERT INTO " + table +
+                 " (stream_name, event_type, duration_ms, fanout, created_at) "
+                 "SELECT s, e, round(d), CASE WHEN e = 'broadcast' THEN f END, " +
+                 (utc ? "now() AT TIME ZONE 'UTC'" : "now()") +
+                 " FROM jsonb_to_recordset($1::jsonb) AS r(s text, e text, d float8, f int)",
+             {pg::Arg::txt(json)}, false);
+  }) && written;
+}
+
+bool SqlRowSource::prune_app_history(int64_t max_age_s) {
+  return run("history prune", [&](pg::SpiTx &tx) {
+    std::string table;
+    bool utc = false;
+    if (!app_table(tx, &table, &utc))
+      return;
+    tx.query("DELETE FROM " + table + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + table +
+                 " WHERE created_at < " + (utc ? "now() AT TIME ZONE 'UTC'" : "now()") +
+                 " - make_interval(secs => $1::float8) LIMIT 10000))",
              {pg::Arg::int8(max_age_s)}, false);
   });
 }

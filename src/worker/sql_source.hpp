@@ -35,6 +35,9 @@ public:
   bool prune_history(int64_t max_age_s) override;
   // /healthz: can this worker still run a query?
   bool probe();
+  // The app's table history rows go to (pgbus_stream.stats_table; "" =
+  // pgbus_stream.stream_stats).
+  void set_stats_table(const std::string &name) { stats_table_ = name; }
 
 private:
   bool rows(const engine::StreamInfo &s, const std::string &where, const std::vector<int64_t> *ids,
@@ -51,6 +54,12 @@ private:
   // The tables those two read (the queue, and its archive when there is
   // one), per stream: each statement runs as their owner.
   std::unordered_map<int64_t, std::vector<pg::TableName>> tables_;
+  std::string stats_table_;
+  std::string last_refusal_; // why stats_table_ is not written, as last warned
+  int64_t last_refusal_at_ = 0;
+  bool app_table(pg::SpiTx &tx, std::string *target, bool *utc);
+  bool store_app_history(const std::string &json);
+  bool prune_app_history(int64_t max_age_s);
 };
 
 } // namespace pgbs::worker

@@ -72,6 +72,7 @@ World::World(Choices &c) : ch(c) {
     c.streams.erase(std::unique(c.streams.begin(), c.streams.end()), c.streams.end());
     if (ch.chance(30))
       c.subscriber = "sub" + std::to_string(i);
+    c.gem = c.streams.size() == 1 && ch.chance(40);
     c.mode = (int)ch.below(3);
     c.before.resize(n);
     c.got.resize(n);
@@ -147,7 +148,10 @@ void World::end_tx(bool commit) {
     } else {
       engine::Row row;
       row.msg_id = p.id;
-      row.data = s.name + ":" + std::to_string(p.id) + std::string(ch.below(3) == 0 ? 300 : 5, 'x');
+      // Some payloads have line breaks: split into data lines, or one line
+      // without them on the gem's route; either way "  " joins them.
+      row.data = s.name + ":" + std::to_string(p.id) + (ch.chance(30) ? "\r\n  " : "") +
+                 std::string(ch.below(3) == 0 ? 300 : 5, 'x');
       max_row_ = std::max(max_row_, row.data.size());
       s.table[p.id] = row;
       s.committed.insert(p.id);
@@ -242,6 +246,7 @@ void World::connect(Client &c, bool fresh) {
   req.subscriber = c.subscriber;
   if (!c.subscriber.empty()) // a stored cursor needs a credential whose sub names it
     req.token = auth::sign_jwt({"*"}, 0, kSimTokenExp, c.subscriber, "", kSimJwtSecret);
+  req.gem = c.gem;
   std::string cursor = c.last_token;
   bool all_stored = !c.subscriber.empty();
   for (int s : c.streams)
@@ -323,6 +328,7 @@ void World::check_token(Client &c, const std::string &token, const char *what) {
 void World::frame(Client &c, const std::string &text) {
   log("client " + std::to_string(c.index) + " reads: " + text);
   std::string id, event, data;
+  int data_lines = 0;
   size_t p = 0;
   while (p < text.size()) {
     size_t e = text.find('\n', p);
@@ -334,8 +340,10 @@ void World::frame(Client &c, const std::string &text) {
       id = line.substr(4);
     else if (line.rfind("event: ", 0) == 0)
       event = line.substr(7);
-    else if (line.rfind("data: ", 0) == 0)
+    else if (line.rfind("data: ", 0) == 0) {
       data += line.substr(6);
+      data_lines++;
+    }
     else if (line.rfind(": pgbus stream open since_id=", 0) == 0) {
       const std::string since = line.substr(29, line.find(" ", 29) - 29);
       if (!c.started) {
@@ -398,6 +406,11 @@ void World::frame(Client &c, const std::string &text) {
     return;
   if (id.empty())
     return; // preamble
+  // The framing of the connection's route, whichever path the row took.
+  if (c.gem && data_lines != 1)
+    return fail("a frame with " + std::to_string(data_lines) + " data lines on the gem's route");
+  if (!c.gem && data.find("  ") != std::string::npos && data_lines < 2)
+    return fail("a payload with a line break in one data line off the gem's route: " + data);
   // data is "<stream name>:<id>..."
   const size_t colon = data.find(':');
   int s = -1;

@@ -85,6 +85,7 @@ struct Client {
   int index = 0;
   std::vector<int> streams; // indices into World::streams
   std::string subscriber;
+  bool gem = false; // on the gem's route: one data line per event (Subscribe::gem)
   SimConn *conn = nullptr;
   int mode = 0; // 0 fast, 1 slow, 2 stalled
   bool started = false;

@@ -272,3 +272,46 @@ TEST(Loopback, OnlyLoopbackAddresses) {
   EXPECT_FALSE(is_loopback("?"));
   EXPECT_FALSE(is_loopback(""));
 }
+
+// The pgbus gem's routes: its framing and preamble, its strict cursors.
+TEST(GemRoute, MarkedWithItsPreamble) {
+  int st = 0;
+  const std::string tok = "ImNoYXQi--e1051e5eb43d9af0f34d463563153fd301e2faa38160efe648ece0d226fde283";
+  Request r = fill("/pgbus/streams/" + tok, &st);
+  EXPECT_EQ(st, 0);
+  EXPECT_TRUE(r.gem_route);
+  EXPECT_FALSE(r.connected);
+  r = fill("/streams/" + tok + "?connected=1", &st);
+  EXPECT_EQ(st, 0);
+  EXPECT_TRUE(r.gem_route);
+  EXPECT_TRUE(r.connected);
+  r = fill("/streams/chat", &st);
+  EXPECT_FALSE(r.gem_route);
+  EXPECT_TRUE(r.connected);
+  r = fill("/streams/chat?connected=0", &st);
+  EXPECT_FALSE(r.connected);
+  fill("/streams/chat?connected=yes", &st);
+  EXPECT_EQ(st, 400);
+}
+
+TEST(GemRoute, StrictCursors) {
+  const std::string path = "/pgbus/streams/ImNoYXQi--e1051e5eb43d9af0f34d463563153fd301e2faa381"
+                           "60efe648ece0d226fde283?since=";
+  int st = 0;
+  for (const char *bad : {"+10", "%2B10", "1.5", "-1", "abc", "%2010", "10%20", "1e3",
+                          "9223372036854775808"}) {
+    std::string why;
+    fill(path + bad, &st, &why);
+    EXPECT_EQ(st, 400) << bad;
+    EXPECT_NE(why.find("cursor"), std::string::npos) << bad;
+  }
+  for (const char *good : {"0", "10", "9223372036854775807", "7~42", "7~42_44-46.50"}) {
+    Request r = fill(path + good, &st);
+    EXPECT_EQ(st, 0) << good;
+    EXPECT_EQ(r.since, good);
+  }
+  // Off the gem's routes a padded integer is still taken, as before.
+  Request r = fill("/streams/chat?since=+10", &st);
+  EXPECT_EQ(st, 0);
+  EXPECT_EQ(r.since, "10");
+}

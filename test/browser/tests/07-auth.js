@@ -33,7 +33,8 @@ module.exports = {
     assert.ok(token, 'a signed name with + or / and = in it');
     t.note(`signed name: ${token}`);
     const signed = await t.openPage('signed',
-      `${t.cfg.pageOrigin}/eventsource.html?src=${encodeURIComponent(`${t.cfg.sseOrigin}/pgbus/streams/${token}`)}`);
+      // (?connected=1: the gem's route sends pgbus:connected only when asked)
+      `${t.cfg.pageOrigin}/eventsource.html?src=${encodeURIComponent(`${t.cfg.sseOrigin}/pgbus/streams/${token}?connected=1`)}`);
     const anonymous = await t.openPage('signed-stream-anonymous',
       `${t.cfg.pageOrigin}/eventsource.html?stream=auth_signed`);
 
