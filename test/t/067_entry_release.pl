@@ -76,7 +76,9 @@ ok(defined $pg->wait_stream_served("page_$half"), 'the created streams are serve
 sub path_of
 {
 	my ($i) = @_;
-	return $i <= $half ? '/pgbus/streams/' . signed("rec_$i:messages") : '/streams/page_' . ($i - $half);
+	# (?connected=1: the gem's route sends pgbus:connected, which says the
+	# subscription is open, only when asked)
+	return $i <= $half ? '/pgbus/streams/' . signed("rec_$i:messages") . '?connected=1' : '/streams/page_' . ($i - $half);
 }
 
 sub send_to
