@@ -9,10 +9,12 @@
 #include "pg/spi.hpp"
 #include "pgbus_stream.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
 #include "worker/audience_rules.hpp"
 #include "worker/conn_rows.hpp"
 #include "worker/hub.hpp"
 #include "worker/standby.hpp"
+#include "worker/wal_reader.hpp"
 
 #include <csignal>
 #include <dirent.h>
@@ -315,14 +317,21 @@ int run() {
   if (listening)
     register_routes(server, hub);
 
+  // Worker 0 reads the capture's messages back from replayed WAL; WAL
+  // written into pg_wal wakes it (worker/wal_reader.hpp).
+  if (worker_index == 0)
+    wal_reader_start();
+  const int wal_fd = worker_index == 0 ? wal_reader_fd() : -1;
   WaitEventSet *wes = nullptr;
   int fd = listening ? server.poll_fd() : -1;
   pg::call([&] {
-    wes = CreateWaitEventSet(TopMemoryContext, 3);
+    wes = CreateWaitEventSet(TopMemoryContext, 4);
     AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
     AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
     if (listening)
       AddWaitEventToSet(wes, WL_SOCKET_READABLE, fd, nullptr, nullptr);
+    if (wal_fd >= 0)
+      AddWaitEventToSet(wes, WL_SOCKET_READABLE, wal_fd, nullptr, nullptr);
   });
   // On a hot standby nothing is written (cursors, history, retention) until
   // it is promoted; the worker goes on serving across the promotion.
@@ -331,6 +340,7 @@ int run() {
           std::to_string(guc::port) + (standby ? " (hot standby: read-only)" : ""));
   bool floors_held = standby; // standby floors to sweep (worker 0)
   int64 last_sweep_ms = 0;
+  long wal_poll_ms = worker_index == 0 ? wal_reader_pump() : -1;
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
@@ -368,13 +378,16 @@ int run() {
       timeout = release; // streams left by their last connection here go dormant after their linger
     if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
       timeout = 100; // floors of aborted transactions are swept while any are held
+    if (wal_poll_ms >= 0 && (timeout < 0 || timeout > wal_poll_ms))
+      timeout = wal_poll_ms; // replay wakes nobody: its position is looked at on a timer
+                             // while WAL arrives
     if (const long poll = hub.ring_poll_ms();
         poll >= 0 && defer_ms < 0 && (timeout < 0 || timeout > poll))
       timeout = poll; // commits come too fast to be woken for each: read on a timer
                       // (not while paced: the round after the pause reads them)
-    WaitEvent events[3];
+    WaitEvent events[4];
     pg::call([&] {
-      (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
+      (void)WaitEventSetWait(wes, timeout, events, 4, PG_WAIT_EXTENSION);
       ResetLatch(MyLatch);
     });
     if (got_sigterm)
@@ -386,8 +399,10 @@ int run() {
       hub.configure(); // history and retention as configured
     }
     if (worker_index == 0) {
+      wal_poll_ms = wal_reader_pump();
       const int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (now_ms - last_sweep_ms >= 100) {
+      if (now_ms - last_sweep_ms >= 100 &&
+          pg_atomic_read_u32(&shmem::standby_floors()->reader) != shmem::kReaderCatchingUp) {
         last_sweep_ms = now_ms;
         guarded([&] { floors_held = sweep_standby_floors(); });
       }
