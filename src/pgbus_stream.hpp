@@ -9,6 +9,7 @@ extern char *database;
 extern int workers;
 extern int max_connections;
 extern int heartbeat_interval;
+extern int accept_rate; // new SSE connections decided per second per worker (0: no bound)
 extern int idle_timeout;
 extern int max_lifetime;
 extern int socket_send_buffer_kb;

@@ -157,6 +157,35 @@ void warn_repeated(const std::string &msg) {
   repeats = 0;
 }
 
+// New SSE connections decided per second (pgbus_stream.accept_rate): a
+// token bucket holding a tenth of a second's worth, so that a reconnect
+// storm is answered in order of arrival at a steady pace, not all at once.
+class AcceptBudget {
+public:
+  size_t allowance(int64 now_us) {
+    if (guc::accept_rate <= 0)
+      return SIZE_MAX;
+    const double cap = std::max(1.0, guc::accept_rate / 10.0);
+    if (last_us_ == 0)
+      tokens_ = cap;
+    else
+      tokens_ = std::min(cap, tokens_ + (now_us - last_us_) * (guc::accept_rate / 1e6));
+    last_us_ = now_us;
+    return tokens_ >= 1 ? (size_t)tokens_ : 0;
+  }
+  void took(size_t n) { tokens_ -= (double)n; }
+  // Milliseconds until the next connection may be decided (-1: no bound).
+  long wait_ms() const {
+    if (guc::accept_rate <= 0)
+      return -1;
+    return tokens_ >= 1 ? 0 : (long)((1 - tokens_) * 1000 / guc::accept_rate) + 1;
+  }
+
+private:
+  double tokens_ = 0;
+  int64 last_us_ = 0;
+};
+
 template <typename F> void guarded(F &&step) {
   try {
     step();
@@ -341,6 +370,7 @@ int run() {
   bool floors_held = standby; // standby floors to sweep (worker 0)
   int64 last_sweep_ms = 0;
   long wal_poll_ms = worker_index == 0 ? wal_reader_pump() : -1;
+  AcceptBudget accepts;
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
@@ -381,6 +411,9 @@ int run() {
     if (wal_poll_ms >= 0 && (timeout < 0 || timeout > wal_poll_ms))
       timeout = wal_poll_ms; // replay wakes nobody: its position is looked at on a timer
                              // while WAL arrives
+    if (listening && server.has_pending())
+      if (const long wait = accepts.wait_ms(); wait >= 0 && (timeout < 0 || timeout > wait))
+        timeout = wait; // new connections beyond accept_rate: the next one's turn
     if (const long poll = hub.ring_poll_ms();
         poll >= 0 && defer_ms < 0 && (timeout < 0 || timeout > poll))
       timeout = poll; // commits come too fast to be woken for each: read on a timer
@@ -451,7 +484,8 @@ int run() {
                                      ("reason=" + reason + " cursor=" + cursor).c_str());
           hub.closed(cid);
         }
-        std::vector<http::Request> pending = server.take_pending();
+        std::vector<http::Request> pending = server.take_pending(accepts.allowance(now_us));
+        accepts.took(pending.size());
         if (pending.empty())
           break;
         // Producers wake this worker for a newly watched stream from now on;
@@ -464,7 +498,7 @@ int run() {
           try {
             hub.subscribe(r);
           } catch (const pg::Error &e) {
-            server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
+            server.retry_later(r.conn_id, std::string("stream unavailable: ") + e.what() + "\n");
             shmem::record_diagnostic(worker_index, r.conn_id, "failed",
                                      r.streams.empty() ? "" : r.streams[0].c_str(), e.what());
           }
