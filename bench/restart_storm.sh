@@ -43,5 +43,6 @@ for _ in $(seq 1 100); do
 done
 PIDCMD="runuser -u pgbus -- ${PSQL[*]} -c \"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgbus_stream worker'\""
 [ "$(id -u)" = 0 ] || PIDCMD="${PSQL[*]} -c \"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgbus_stream worker'\""
+ON_EXIT+=("cp \"$TMP/log\" /tmp/restart_storm.log 2>/dev/null")
 python3 "$HERE/client/restart_storm.py" "$HTTP" /streams/storm "$CONNS" "$PIDCMD"
 grep -c 'terminated by signal' "$TMP/log" >/dev/null && { echo "a process crashed:" >&2; grep 'terminated by signal' "$TMP/log" >&2; exit 1; } || true

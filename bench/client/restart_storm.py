@@ -43,7 +43,8 @@ async def open_stream(last_id):
         hdr += f'Last-Event-ID: {last_id}\r\n'
     w.write((hdr + '\r\n').encode())
     line = await r.readline()
-    status = int(line.split()[1]) if len(line.split()) > 1 else 0
+    parts = line.split()
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
     while (await r.readline()) not in (b'\r\n', b'\n', b''):
         pass
     retry, ident, served = None, None, False
@@ -93,6 +94,11 @@ async def client(i, restarted, started):
             except (ConnectionError, OSError):
                 await asyncio.sleep(retry / 1000)  # refused while the worker is down
                 continue
+            if status == 0:  # closed before a status line: a network error, retried
+                w.close()
+                state['resets'] = state.get('resets', 0) + 1
+                await asyncio.sleep(retry / 1000)
+                continue
             if status == 200 and served:
                 state['back'] += 1
                 state.setdefault('last_back', time.time())
@@ -100,6 +106,8 @@ async def client(i, restarted, started):
                 return w
             if status != 200:
                 state['non200'] += 1
+                state.setdefault('statuses', {}).setdefault(str(status), 0)
+                state['statuses'][str(status)] += 1
                 return w  # a browser gives up here
             retry = rt or retry  # a retry stream: come back after it
             break
@@ -139,6 +147,7 @@ async def main():
     print(json.dumps({'connected': N, 'reconnected': state['back'], 'non_200': state['non200'],
                       'seconds_to_all_back': round(state.get('last_back', t0) - t0, 2),
                       'retry_min': min(state['retries']), 'retry_max': max(state['retries']),
+                      'statuses': state.get('statuses', {}), 'resets': state.get('resets', 0),
                       'worker_cpu_peak': round(peak, 2),
                       'worker_cpu_s': round(total, 2) if total is not None else None}))
     for t in tasks:

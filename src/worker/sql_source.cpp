@@ -18,8 +18,9 @@ constexpr const char *kStatementTimeout = "2s";
 int64_t to_i64(const std::optional<std::string> &s) { return s ? std::stoll(*s) : 0; }
 
 // Runs fn(tx) in its own transaction with the timeouts above; false (and a
-// warning) when anything in it failed: nothing of it is used.
-template <typename F> bool run(const char *what, F &&fn) {
+// warning) when anything in it failed: nothing of it is used. With `vanished`
+// set, a table that no longer exists fails quietly and sets *vanished.
+template <typename F> bool run(const char *what, F &&fn, bool *vanished = nullptr) {
   try {
     pg::SpiTx tx;
     tx.query("SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, "
@@ -29,6 +30,10 @@ template <typename F> bool run(const char *what, F &&fn) {
     tx.commit();
     return true;
   } catch (const pg::Error &e) {
+    if (vanished && e.sqlerrcode() == ERRCODE_UNDEFINED_TABLE) {
+      *vanished = true;
+      return false;
+    }
     pg::warn(std::string(what) + " failed (retried later): " + e.what());
     return false;
   } catch (const std::exception &e) { // e.g. std::stoll on a malformed value
@@ -39,8 +44,21 @@ template <typename F> bool run(const char *what, F &&fn) {
 
 } // namespace
 
+// A stream dropped between the catalog's read and its maximum's (their own
+// transactions) is not an error: the catalog is read again, and no longer
+// lists it (at most twice; a third time warns).
 bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
                                 std::vector<engine::StreamInfo> *out) {
+  for (int attempt = 0;; attempt++) {
+    bool vanished = false;
+    const bool ok = load_catalog_once(which, out, attempt < 2 ? &vanished : nullptr);
+    if (ok || !vanished)
+      return ok;
+  }
+}
+
+bool SqlRowSource::load_catalog_once(const engine::CatalogFilter &which,
+                                     std::vector<engine::StreamInfo> *out, bool *vanished) {
   std::unordered_map<int64_t, std::string> sqls, maxes;
   bool present = false;
   pg::Table t;
@@ -134,7 +152,7 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
         out->push_back(std::move(si));
       }
-    });
+    }, vanished);
     if (!part_ok) {
       out->clear();
       return false;
