@@ -28,7 +28,7 @@ char *database = nullptr;
 int workers = 1;
 int max_connections = 10000;
 int heartbeat_interval = 15;
-int accept_rate = 2000;
+int accept_rate = 0;
 int idle_timeout = 0;
 int max_lifetime = 0;
 int socket_send_buffer_kb = 128;
@@ -149,7 +149,7 @@ static void define_gucs() {
       "pgbus_stream.accept_rate",
       "New SSE connections each worker decides per second at most (0 = no bound); the rest wait "
       "their turn, in order.",
-      nullptr, &accept_rate, 2000, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+      nullptr, &accept_rate, 0, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomIntVariable("pgbus_stream.heartbeat_interval", "Seconds between heartbeat comments.",
                           nullptr, &heartbeat_interval, 15, 1, 3600, PGC_SIGHUP, GUC_UNIT_S,
                           nullptr, nullptr, nullptr);
