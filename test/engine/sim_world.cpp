@@ -383,6 +383,14 @@ void World::frame(Client &c, const std::string &text) {
     return;
   if (id.empty())
     return; // preamble
+  if (event.empty() && data.empty()) {
+    // The opening frame's id with no data: an EventSource takes it as its
+    // last event id and dispatches nothing. It names where the connection
+    // starts, as the open comment does (taken there).
+    if (c.last_token.empty())
+      c.last_token = id;
+    return;
+  }
   // data is "<stream name>:<id>..."
   const size_t colon = data.find(':');
   int s = -1;
