@@ -1,6 +1,7 @@
-// The capture's WAL records and their redo (see wal.hpp). Plain structs and
-// PostgreSQL's C API only, like capture.cpp: nothing here throws, and the
-// commit-time and redo paths neither allocate nor raise an error.
+// The capture's WAL messages, how they are applied, and the redo of 0.2.0's
+// records (see wal.hpp). Plain structs and PostgreSQL's C API only, like
+// capture.cpp: nothing here throws, and the commit-time and apply paths
+// neither allocate nor raise an error.
 #include "capture/wal.hpp"
 #include "settings/settings.hpp"
 #include "shmem/shared.hpp"
@@ -15,6 +16,7 @@ extern "C" {
 #include "access/xlogreader.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "replication/message.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/memutils.h"
@@ -23,9 +25,32 @@ extern "C" {
 namespace pgbs::wal {
 namespace {
 
+// 0.2.0's record types (info bits of its resource manager).
 constexpr uint8 kInfoFloor = 0x10;
 constexpr uint8 kInfoCommit = 0x20;
 constexpr uint8 kInfoForget = 0x30;
+
+// A message body starts with its kind and the format's version; the structs
+// below follow, as 0.2.0's records carried them.
+constexpr uint8 kMsgFloor = 'F';
+constexpr uint8 kMsgCommit = 'C';
+constexpr uint8 kMsgForget = 'X';
+constexpr uint8 kMsgVersion = 1;
+struct MsgHdr {
+  uint8 kind;
+  uint8 version;
+  uint8 pad[6];
+};
+
+// LogLogicalMessage() took a fourth `flush` argument in PostgreSQL 17; none
+// of these messages asks for a flush of its own (the commit's nudge below).
+inline XLogRecPtr log_message(const char *body, size_t len, bool transactional) {
+#if PG_VERSION_NUM >= 170000
+  return LogLogicalMessage(kPrefix, body, len, transactional, false);
+#else
+  return LogLogicalMessage(kPrefix, body, len, transactional);
+#endif
+}
 
 // COMMIT flags.
 constexpr uint32 kCatalogChanged = 1;
@@ -63,57 +88,64 @@ struct StreamRec {
   int64 lost_ephemeral; // ephemeral events that did not fit the primary's ring
 };
 
-// The COMMIT record being built: reserved at PRE_COMMIT, filled at COMMIT.
+// The COMMIT message being built: reserved at PRE_COMMIT, filled at COMMIT.
+// One buffer laid out as the message (MsgHdr, CommitHdr, the StreamRecs,
+// then the ring records), since a logical message is one piece of data.
 struct Pending {
   bool reserved;
   TransactionId xid;
   CommitHdr hdr;
-  StreamRec *streams; // TopMemoryContext, cap_streams entries
-  int cap_streams;
-  char *records; // TopMemoryContext, cap_bytes
-  size_t cap_bytes;
-  size_t want_bytes; // reserved for this transaction (<= cap_bytes)
+  char *msg; // TopMemoryContext, cap bytes
+  size_t cap;
+  int want_streams;  // StreamRec places reserved for this transaction
+  size_t want_bytes; // record bytes reserved for this transaction
   int last_stream;   // add_record's lookup hint
 };
 Pending pending;
 
+constexpr size_t kFixedBytes = sizeof(MsgHdr) + sizeof(CommitHdr);
+
+StreamRec *streams() { return (StreamRec *)(pending.msg + kFixedBytes); }
+char *records() { return pending.msg + kFixedBytes + pending.want_streams * sizeof(StreamRec); }
+
 StreamRec *stream_rec(int64 stream_id) {
+  StreamRec *sr = streams();
   if (pending.last_stream < (int)pending.hdr.nstreams &&
-      pending.streams[pending.last_stream].stream_id == stream_id)
-    return &pending.streams[pending.last_stream];
+      sr[pending.last_stream].stream_id == stream_id)
+    return &sr[pending.last_stream];
   for (uint32 i = 0; i < pending.hdr.nstreams; i++)
-    if (pending.streams[i].stream_id == stream_id) {
+    if (sr[i].stream_id == stream_id) {
       pending.last_stream = (int)i;
-      return &pending.streams[i];
+      return &sr[i];
     }
   return nullptr;
 }
 
-// ---- redo (startup process) -------------------------------------------------
+// ---- applying (a standby's worker 0; 0.2.0's records: the startup process) --
 
-void redo_floor(const char *data, uint32 len) {
+bool apply_floor(const char *data, size_t len) {
   FloorRec r;
   if (len != sizeof(r))
-    elog(PANIC, "pgbus_stream: FLOOR record of %u bytes", len);
+    return false;
   memcpy(&r, data, sizeof(r));
   shmem::standby_add_floor(r.xid, r.dboid, r.stream_id, r.floor);
+  return true;
 }
 
-constexpr int kMaxRedoStreams = 1024;
+constexpr int kMaxApplyStreams = 1024;
 
-void redo_commit(const char *data, uint32 len) {
+bool apply_commit(const char *data, size_t len, bool to_ring) {
   CommitHdr h;
   if (len < sizeof(h))
-    elog(PANIC, "pgbus_stream: COMMIT record of %u bytes", len);
+    return false;
   memcpy(&h, data, sizeof(h));
   const size_t streams_len = (size_t)h.nstreams * sizeof(StreamRec);
-  if (h.nstreams > kMaxRedoStreams || sizeof(h) + streams_len + h.ring_bytes != len)
-    elog(PANIC, "pgbus_stream: malformed COMMIT record (%u streams, %llu record bytes, %u bytes)",
-         h.nstreams, (unsigned long long)h.ring_bytes, len);
+  if (h.nstreams > kMaxApplyStreams || sizeof(h) + streams_len + h.ring_bytes != len)
+    return false;
   const char *srecs = data + sizeof(h);
   const char *recs = srecs + streams_len;
   shmem::Shared *s = shmem::shared();
-  shmem::StreamEntry *entries[kMaxRedoStreams];
+  shmem::StreamEntry *entries[kMaxApplyStreams];
   StreamRec sr[1];
   bool incomplete = (h.flags & kIncomplete) != 0;
   for (uint32 i = 0; i < h.nstreams; i++) {
@@ -130,8 +162,8 @@ void redo_commit(const char *data, uint32 len) {
   };
   // This node's ring may be smaller than the primary's: what does not fit in
   // half of it is left to the tables, as on the primary.
-  const bool fits = h.ring_bytes <= s->ring_capacity / 2;
-  if (!fits)
+  const bool fits = to_ring && h.ring_bytes <= s->ring_capacity / 2;
+  if (!fits && to_ring)
     incomplete = true;
   if (h.ring_bytes > 0) {
     LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
@@ -187,26 +219,33 @@ void redo_commit(const char *data, uint32 len) {
       SetLatch(l);
   for (uint32 i = 0; i < h.nstreams; i++)
     shmem::release_stream(entries[i], shmem::kBackend);
+  return true;
 }
 
-void redo_forget(const char *data, uint32 len) {
+bool apply_forget(const char *data, size_t len) {
   ForgetRec r;
   if (len != sizeof(r))
-    elog(PANIC, "pgbus_stream: FORGET record of %u bytes", len);
+    return false;
   memcpy(&r, data, sizeof(r));
   shmem::forget_stream(r.dboid, r.stream_id);
+  return true;
 }
+
+// ---- 0.2.0's resource manager: redo only ------------------------------------
 
 void rm_redo(XLogReaderState *record) {
   const uint8 info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+  const char *data = XLogRecGetData(record);
+  const uint32 len = XLogRecGetDataLen(record);
+  bool ok = false;
   if (info == kInfoFloor)
-    redo_floor(XLogRecGetData(record), XLogRecGetDataLen(record));
+    ok = apply_floor(data, len);
   else if (info == kInfoCommit)
-    redo_commit(XLogRecGetData(record), XLogRecGetDataLen(record));
+    ok = apply_commit(data, len, true);
   else if (info == kInfoForget)
-    redo_forget(XLogRecGetData(record), XLogRecGetDataLen(record));
-  else
-    elog(PANIC, "pgbus_stream: unknown WAL record type %u", info);
+    ok = apply_forget(data, len);
+  if (!ok)
+    elog(PANIC, "pgbus_stream: malformed WAL record (type %u, %u bytes)", info, len);
 }
 
 void rm_desc(StringInfo buf, XLogReaderState *record) {
@@ -247,18 +286,53 @@ RmgrData rmgr = {
     "pgbus_stream", rm_redo, rm_desc, rm_identify, nullptr, nullptr, nullptr, nullptr,
 };
 
+// A small message (FLOOR, FORGET): the header and the struct in one piece.
+template <typename T> void log_small(uint8 kind, const T &rec) {
+  char body[sizeof(MsgHdr) + sizeof(T)];
+  MsgHdr m;
+  memset(&m, 0, sizeof(m));
+  m.kind = kind;
+  m.version = kMsgVersion;
+  memcpy(body, &m, sizeof(m));
+  memcpy(body + sizeof(m), &rec, sizeof(rec));
+  // Transactional: a logical decoding consumer sees it only with the
+  // transaction's own changes (the standby's reader reads it either way).
+  (void)log_message(body, sizeof(body), true);
+}
+
 } // namespace
 
 void register_rmgr() { RegisterCustomRmgr(kRmgrId, &rmgr); }
 
 bool enabled() { return XLogIsNeeded() && settings::standby_records(); }
 
+bool apply_message(const char *body, size_t len, bool to_ring) {
+  MsgHdr m;
+  if (len < sizeof(m))
+    return false;
+  memcpy(&m, body, sizeof(m));
+  if (m.version != kMsgVersion)
+    return false;
+  body += sizeof(m);
+  len -= sizeof(m);
+  switch (m.kind) {
+  case kMsgFloor:
+    return apply_floor(body, len);
+  case kMsgCommit:
+    return apply_commit(body, len, to_ring);
+  case kMsgForget:
+    return apply_forget(body, len);
+  default:
+    return false;
+  }
+}
+
 void log_floor(int64_t stream_id, int64_t floor) {
   if (!enabled())
     return;
-  // The record names the current (sub)transaction's xid, so a standby knows
-  // the transaction is in progress from this record on; the floor is keyed
-  // by the top-level xid, which the COMMIT record names.
+  // The message names the current (sub)transaction's xid, so a standby knows
+  // the transaction is in progress from this message on; the floor is keyed
+  // by the top-level xid, which the COMMIT message names.
   (void)GetCurrentTransactionId();
   FloorRec r;
   memset(&r, 0, sizeof(r));
@@ -266,9 +340,7 @@ void log_floor(int64_t stream_id, int64_t floor) {
   r.dboid = MyDatabaseId;
   r.stream_id = stream_id;
   r.floor = floor;
-  XLogBeginInsert();
-  XLogRegisterData((char *)&r, sizeof(r));
-  (void)XLogInsert(kRmgrId, kInfoFloor);
+  log_small(kMsgFloor, r);
 }
 
 void log_forget(int64_t stream_id) {
@@ -278,9 +350,7 @@ void log_forget(int64_t stream_id) {
   memset(&r, 0, sizeof(r));
   r.dboid = MyDatabaseId;
   r.stream_id = stream_id;
-  XLogBeginInsert();
-  XLogRegisterData((char *)&r, sizeof(r));
-  (void)XLogInsert(kRmgrId, kInfoForget);
+  log_small(kMsgForget, r);
 }
 
 void reserve(int nstreams, size_t ring_bytes) {
@@ -288,21 +358,16 @@ void reserve(int nstreams, size_t ring_bytes) {
   if (!enabled())
     return;
   if (ring_bytes > kMaxRecordBytes)
-    ring_bytes = 0; // too large for one record: the record says incomplete
-  if (nstreams > pending.cap_streams) {
-    StreamRec *n = (StreamRec *)MemoryContextAlloc(TopMemoryContext, nstreams * sizeof(StreamRec));
-    if (pending.streams)
-      pfree(pending.streams);
-    pending.streams = n;
-    pending.cap_streams = nstreams;
+    ring_bytes = 0; // too large for one message: it says incomplete
+  const size_t need = kFixedBytes + (size_t)nstreams * sizeof(StreamRec) + ring_bytes;
+  if (need > pending.cap) {
+    char *n = (char *)MemoryContextAlloc(TopMemoryContext, need);
+    if (pending.msg)
+      pfree(pending.msg);
+    pending.msg = n;
+    pending.cap = need;
   }
-  if (ring_bytes > pending.cap_bytes) {
-    char *n = (char *)MemoryContextAlloc(TopMemoryContext, ring_bytes);
-    if (pending.records)
-      pfree(pending.records);
-    pending.records = n;
-    pending.cap_bytes = ring_bytes;
-  }
+  pending.want_streams = nstreams;
   pending.want_bytes = ring_bytes;
   pending.xid = GetTopTransactionIdIfAny();
   pending.reserved = true;
@@ -321,11 +386,11 @@ void begin_commit(uint32_t dboid, bool catalog_changed, bool incomplete) {
 void add_stream(int64_t stream_id, int64_t max_id, int64_t count) {
   if (!pending.reserved)
     return;
-  if ((int)pending.hdr.nstreams >= pending.cap_streams) {
+  if ((int)pending.hdr.nstreams >= pending.want_streams) {
     pending.hdr.flags |= kIncomplete;
     return;
   }
-  StreamRec *r = &pending.streams[pending.hdr.nstreams++];
+  StreamRec *r = &streams()[pending.hdr.nstreams++];
   r->stream_id = stream_id;
   r->max_id = max_id;
   r->count = count;
@@ -335,22 +400,15 @@ void add_stream(int64_t stream_id, int64_t max_id, int64_t count) {
 void add_record(const ring::Header &h, const char *payload, bool written) {
   if (!pending.reserved)
     return;
-  if (!written) {
+  if (!written || pending.hdr.ring_bytes + h.len > pending.want_bytes) {
     if (h.kind == ring::Kind::Inline)
       if (StreamRec *r = stream_rec(h.stream_id))
         r->lost_ephemeral++;
     pending.hdr.flags |= kIncomplete;
-    return;
-  }
-  if (pending.hdr.ring_bytes + h.len > pending.want_bytes) {
-    pending.hdr.flags |= kIncomplete;
-    if (h.kind == ring::Kind::Inline)
-      if (StreamRec *r = stream_rec(h.stream_id))
-        r->lost_ephemeral++;
     return;
   }
   // A linear buffer is a ring that never wraps.
-  ring::write_record(pending.records, pending.want_bytes, pending.hdr.ring_bytes, h, payload);
+  ring::write_record(records(), pending.want_bytes, pending.hdr.ring_bytes, h, payload);
   pending.hdr.ring_bytes += h.len;
 }
 
@@ -358,16 +416,23 @@ void finish_commit() {
   if (!pending.reserved)
     return;
   pending.reserved = false;
+  MsgHdr m;
+  memset(&m, 0, sizeof(m));
+  m.kind = kMsgCommit;
+  m.version = kMsgVersion;
+  memcpy(pending.msg, &m, sizeof(m));
+  memcpy(pending.msg + sizeof(m), &pending.hdr, sizeof(pending.hdr));
+  // StreamRec places left unused (none in practice): the records close up.
+  const size_t streams_len = pending.hdr.nstreams * sizeof(StreamRec);
+  char *recs_at = pending.msg + kFixedBytes + streams_len;
+  if (recs_at != records() && pending.hdr.ring_bytes > 0)
+    memmove(recs_at, records(), pending.hdr.ring_bytes);
   // Cannot fail here: insertion is allowed (not in recovery), no insertion is
-  // open, three data chunks are within the preallocated ones, and the record
-  // is bounded by kMaxRecordBytes; a WAL write failure is a PANIC anyway.
-  XLogBeginInsert();
-  XLogRegisterData((char *)&pending.hdr, sizeof(pending.hdr));
-  if (pending.hdr.nstreams > 0)
-    XLogRegisterData((char *)pending.streams, pending.hdr.nstreams * sizeof(StreamRec));
-  if (pending.hdr.ring_bytes > 0)
-    XLogRegisterData(pending.records, (uint32)pending.hdr.ring_bytes);
-  const XLogRecPtr end = XLogInsert(kRmgrId, kInfoCommit);
+  // open, the message is three data chunks and bounded by kMaxRecordBytes;
+  // a WAL write failure is a PANIC anyway. Not transactional: the
+  // transaction has committed.
+  const XLogRecPtr end =
+      log_message(pending.msg, kFixedBytes + streams_len + pending.hdr.ring_bytes, false);
   // The commit record was flushed (or left to the WAL writer) before this
   // one was written: without a nudge this record would wait for the next
   // commit or the WAL writer's next round before a standby sees it.
@@ -378,10 +443,10 @@ void finish_commit() {
 
 void reset() {
   pending.reserved = false;
-  if (pending.cap_bytes > 1024 * 1024) { // do not keep a large buffer between transactions
-    pfree(pending.records);
-    pending.records = nullptr;
-    pending.cap_bytes = 0;
+  if (pending.cap > 1024 * 1024) { // do not keep a large buffer between transactions
+    pfree(pending.msg);
+    pending.msg = nullptr;
+    pending.cap = 0;
   }
 }
 

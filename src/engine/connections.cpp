@@ -14,6 +14,13 @@
 namespace pgbs::engine {
 namespace {
 
+long spread_retry_ms(uint64_t id) {
+  uint64_t x = (id + 0x632BE59BD9B4E019ull) * 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 31;
+  return 1000 + static_cast<long>(x % 2001);
+}
+
 std::string hex_id(uint64_t id) {
   char buf[32];
   snprintf(buf, sizeof(buf), "%016" PRIx64, id);
@@ -87,6 +94,16 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
     return true;
   };
+  // A read that failed (a lock, a cancelled statement) passes: the client is
+  // told to come back soon rather than refused.
+  auto retry_later = [&](const std::string &reason) {
+    sink_.retry_later(req.conn_id, reason);
+    std::string detail = "retry " + reason;
+    if (!detail.empty() && detail.back() == '\n')
+      detail.pop_back();
+    obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
+    return true;
+  };
   // Credentials first (auth::Gate): a refusal says nothing of whether a
   // private stream exists.
   auth::Identity who;
@@ -138,7 +155,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
       bool failed = false;
       st = lookup(name, &failed);
       if (failed)
-        return reject(503, "stream unavailable: cannot read the catalog, retry\n");
+        return retry_later("stream unavailable: cannot read the catalog, retry\n");
     }
     int status = auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why);
     if (status == 404) {
@@ -178,7 +195,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     case Wake::Ok:
       break;
     case Wake::ReadFailed:
-      return reject(503, "stream unavailable: cannot read its queue, retry\n");
+      return retry_later("stream unavailable: cannot read its queue, retry\n");
     case Wake::NoRoom:
       return reject(503, "stream unavailable: shared memory tracks too many streams at once "
                          "(pgbus_stream.max_streams), retry\n");
@@ -206,7 +223,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
       names.push_back(s.st->info.name);
     std::vector<StoredCursor> stored;
     if (!read_ok(rows_.stored_cursors(req.subscriber, names, &stored)))
-      return reject(503, "stream unavailable: cannot read the subscriber's cursor, retry\n");
+      return retry_later("stream unavailable: cannot read the subscriber's cursor, retry\n");
     for (const StoredCursor &sc : stored) {
       cursor::StreamPosition p;
       if (cursor::parse_stream(sc.cursor, &p, nullptr))
@@ -255,7 +272,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
       if (replay_n != INT64_MAX) {
         int64_t nth = 0;
         if (!read_ok(rows_.nth_newest(st.info, replay_n, &nth)))
-          return reject(503, "stream unavailable: cannot read the backlog, retry\n");
+          return retry_later("stream unavailable: cannot read the backlog, retry\n");
         if (nth > 0)
           sub.pos.advance(nth - 1);
         else
@@ -300,7 +317,10 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   }
   const std::string since = conn_token(*c);
   std::string preamble;
-  sse::append_retry(preamble, 2000);
+  // Each connection's retry is 1-3 s (2 s on average), spread by its id, so
+  // that browsers dropped together (a restart) do not all come back in the
+  // same instant. The gem's routes keep the gem's 2000.
+  sse::append_retry(preamble, req.gem || !req.signed_name.empty() ? 2000 : spread_retry_ms(c->id));
   if (req.gem) {
     // The gem's own bytes: retry and the open comment as two blocks, naming
     // the cursor given (its integer, or a token of ours) and the stream.
@@ -316,6 +336,14 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     sse::append_event(preamble, "", "pgbus:connected",
                       "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
   preamble += gaps;
+  // The starting cursor as the stream's first id: a frame with an id and no
+  // data dispatches nothing but sets an EventSource's last event id, so a
+  // client that drops before its first message resumes from here
+  // (Last-Event-ID) instead of from "now", losing what came between. Not on
+  // the gem's routes: its element always sends since=, and its client counts
+  // every block with an id.
+  if (!req.gem)
+    preamble += "id: " + since + "\n\n";
   c->ref = sink_.open(c->id, std::move(preamble), since);
   if (c->ref == nullptr) {
     unawait();

@@ -108,6 +108,13 @@ class FrameSink {
 public:
   virtual ~FrameSink() = default;
   virtual void reject(uint64_t conn_id, int status, const std::string &reason) = 0;
+  // The request cannot be served just now (a transient database error: a
+  // table locked, a read cancelled). The HTTP layer answers with a stream
+  // that tells the client to come back soon: a browser's EventSource gives
+  // up for good on an error status.
+  virtual void retry_later(uint64_t conn_id, const std::string &reason) {
+    reject(conn_id, 503, reason);
+  }
   // Answers 200 and queues the preamble; `start_id` is the cursor the
   // connection started from (what an overflow notice names before any frame
   // was written). nullptr when the request is gone.

@@ -180,6 +180,8 @@ MHD_Result Server::Impl::on_access(MHD_Connection *mc, const char *method, size_
   case Phase::Request:
     return final_call(c, mc);
   case Phase::Rejecting: {
+    if (c->retry_stream)
+      return answer_retry(c, mc);
     std::vector<std::pair<const char *, std::string>> extra;
     if (c->reject_status == 503)
       extra.emplace_back("Retry-After", retry_after(cfg));
@@ -361,6 +363,23 @@ MHD_Result Server::Impl::answer(Conn *c, MHD_Connection *mc, unsigned status,
   const MHD_Result ret = ok ? MHD_queue_response(mc, status, r) : MHD_NO;
   MHD_destroy_response(r);
   return ret;
+}
+
+// A stream that cannot be served just now (Server::retry_later): 200, then
+// only "retry:" and the reason, and the end. The wait is 250-750 ms, spread
+// by the connection's id so that clients turned away together do not come
+// back together, and short: the first read that succeeds serves them.
+MHD_Result Server::Impl::answer_retry(Conn *c, MHD_Connection *mc) {
+  uint64_t x = (c->id + 1) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  std::string body;
+  sse::append_retry(body, 250 + static_cast<long>(x % 501));
+  std::string reason = c->reject_body;
+  while (!reason.empty() && reason.back() == '\n')
+    reason.pop_back();
+  sse::append_comment(body, reason);
+  return answer(c, mc, 200, body, "text/event-stream",
+                {{"Cache-Control", "no-cache, no-transform"}});
 }
 
 MHD_Result Server::Impl::open_stream(Conn *c, MHD_Connection *mc) {

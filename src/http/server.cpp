@@ -156,6 +156,7 @@ void Server::Impl::shutdown(int drain_ms) {
       c->phase = Phase::Rejecting;
       c->reject_status = 503;
       c->reject_body = "server shutting down\n";
+      c->retry_stream = true; // the worker comes back: so does an EventSource
       c->close_reason = "shutdown";
       wake(c);
     } else if (c->phase == Phase::Opening || c->phase == Phase::Open) {
@@ -324,6 +325,7 @@ void Server::Impl::timers(int64_t now) {
       c->phase = Phase::Rejecting;
       c->reject_status = 503;
       c->reject_body = "no decision on this request\n";
+      c->retry_stream = true; // a backlog of new connections: come back
       c->close_reason = "server";
       wake(c);
     }
@@ -558,9 +560,13 @@ long Server::timeout_ms() const { return impl_->timeout_ms(); }
 void Server::run() { impl_->run(); }
 void Server::tick() { impl_->clock_ms = mono_ms(); }
 
-std::vector<Request> Server::take_pending() {
+bool Server::has_pending() const { return !impl_->pending.empty(); }
+
+std::vector<Request> Server::take_pending(size_t max) {
   std::vector<Request> out;
-  for (uint64_t id : impl_->pending) {
+  size_t taken = 0;
+  for (; taken < impl_->pending.size() && out.size() < max; taken++) {
+    const uint64_t id = impl_->pending[taken];
     auto it = impl_->conns.find(id);
     if (it == impl_->conns.end() || it->second->phase != Phase::Pending || it->second->kill)
       continue; // gone (or going) before anyone saw it: nothing to report later
@@ -568,7 +574,7 @@ std::vector<Request> Server::take_pending() {
     out.push_back(std::move(*it->second->req));
     it->second->req.reset();
   }
-  impl_->pending.clear();
+  impl_->pending.erase(impl_->pending.begin(), impl_->pending.begin() + (std::ptrdiff_t)taken);
   return out;
 }
 
@@ -591,6 +597,14 @@ void Server::reject(uint64_t conn_id, int status, const std::string &reason) {
   if (c->close_reason.empty())
     c->close_reason = "server";
   impl_->wake(c);
+}
+
+void Server::retry_later(uint64_t conn_id, const std::string &reason) {
+  auto it = impl_->conns.find(conn_id);
+  if (it == impl_->conns.end() || it->second->phase != Phase::Pending)
+    return;
+  reject(conn_id, 503, reason);
+  it->second->retry_stream = true;
 }
 
 void Server::open(uint64_t conn_id, std::string preamble) {

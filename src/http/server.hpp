@@ -132,13 +132,21 @@ public:
   // before the frames of that wake-up are pushed.
   void tick();
 
-  // SSE requests that arrived since the last call; each is suspended until decided.
-  std::vector<Request> take_pending();
+  // SSE requests that arrived since the last call, at most `max` of them in
+  // their order of arrival (the rest wait for a later call); each is
+  // suspended until decided.
+  std::vector<Request> take_pending(size_t max = SIZE_MAX);
+  bool has_pending() const;
   // SSE connections closed since the last call: (conn_id, reason).
   std::vector<std::pair<uint64_t, std::string>> take_closed();
 
   // Answers a pending request with an error status and a text/plain reason.
   void reject(uint64_t conn_id, int status, const std::string &reason);
+  // Answers a pending request whose stream cannot be served just now (a
+  // transient database error) with 200 and a stream that carries only
+  // "retry: <ms>" and the reason as a comment, then ends: an EventSource
+  // comes back after ms, where a 503 would make it give up for good.
+  void retry_later(uint64_t conn_id, const std::string &reason);
   // Answers a pending request with 200 text/event-stream; `preamble` is the
   // first bytes of the stream (retry, open comment, pgbus:connected).
   void open(uint64_t conn_id, std::string preamble);

@@ -85,6 +85,7 @@ struct Conn {
 
   int reject_status = 0;
   std::string reject_body;
+  bool retry_stream = false; // answered 200 with a stream that ends with retry: (retry_later)
 
   OutQueue queue;
   int64_t connected_at_us = 0;
@@ -203,6 +204,7 @@ struct Server::Impl {
                     const char *content_type,
                     const std::vector<std::pair<const char *, std::string>> &extra);
   MHD_Result open_stream(Conn *c, MHD_Connection *mc);
+  MHD_Result answer_retry(Conn *c, MHD_Connection *mc);
   ssize_t on_read(Conn *c, char *buf, size_t max);
   void on_completed(MHD_Connection *mc, void **cls, MHD_RequestTerminationCode toe);
   void on_connection(MHD_Connection *mc, void **socket_cls, MHD_ConnectionNotificationCode code);

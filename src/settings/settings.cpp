@@ -120,6 +120,7 @@ void define() {
   define_string("pgbus_stream.database", &S::database, "Database whose streams the workers serve.", nullptr, PGC_POSTMASTER, 0);
   define_int("pgbus_stream.workers", &S::workers, "Number of worker processes sharing the listener port.", nullptr, 1, shmem::kMaxWorkers, PGC_POSTMASTER, 0);
   define_int("pgbus_stream.max_connections", &S::max_connections, "Maximum SSE connections, shared among the workers.", nullptr, 1, 1000000, PGC_SIGHUP, 0);
+  define_int("pgbus_stream.accept_rate", &S::accept_rate, "New SSE connections each worker decides per second at most (0 = no bound); the rest wait their turn, in order.", nullptr, 0, 1000000, PGC_SIGHUP, 0);
   define_int("pgbus_stream.heartbeat_interval", &S::heartbeat_interval, "Seconds between heartbeat comments.", nullptr, 1, 3600, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pgbus_stream.idle_timeout", &S::idle_timeout, "Close connections that received only heartbeats for this long (0 = never).", nullptr, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pgbus_stream.max_lifetime", &S::max_lifetime, "End a stream this long after it opened (less up to 10% jitter); the client reconnects with its last id (0 = never).", nullptr, 0, 86400 * 7, PGC_SIGHUP, GUC_UNIT_S);

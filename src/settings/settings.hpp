@@ -36,6 +36,7 @@ struct Settings {
   std::string database = "postgres";
   int workers = 1;
   int max_connections = 10000;
+  int accept_rate = 0;          // new SSE connections decided per second per worker (0: no bound)
   int heartbeat_interval = 15; // s
   int idle_timeout = 0;        // s, 0 = never
   int max_lifetime = 0;        // s, 0 = never

@@ -5,6 +5,7 @@
 extern "C" {
 #include "miscadmin.h"
 #include "access/transam.h"
+#include "access/xlog.h"
 #include "access/twophase.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -37,6 +38,8 @@ void standby_startup() {
     g_floors->overflow_xid = InvalidTransactionId;
     pg_atomic_init_u64(&g_floors->overflows, 0);
     pg_atomic_init_u64(&g_floors->swept, 0);
+    pg_atomic_init_u64(&g_floors->read_lsn, 0);
+    pg_atomic_init_u32(&g_floors->reader, kReaderCatchingUp);
     for (int i = 0; i < g_floors->capacity; i++)
       g_floors->items[i].xid = InvalidTransactionId;
   }
@@ -102,13 +105,23 @@ void standby_clear(TransactionId xid) {
   LWLockRelease(f->lock);
 }
 
+// True while the WAL reader's state may miss what this node replayed: its
+// first pass (floors not read yet), and after a promotion until it has read
+// the last replayed message (commits not applied yet, while this node's
+// own commits already raise the maxima).
+static bool reader_behind() {
+  const uint32 phase = pg_atomic_read_u32(&g_floors->reader);
+  return phase == kReaderCatchingUp || (phase == kReaderLive && !RecoveryInProgress());
+}
+
 bool standby_copy_floors(Oid dboid, std::vector<SlotEntry> *out) {
   StandbyFloors *f = g_floors;
+  const bool behind = reader_behind();
   if (pg_atomic_read_u32(&f->used) == 0 && !TransactionIdIsValid(f->overflow_xid))
-    return false;
-  bool frozen = false;
+    return behind;
+  bool frozen = behind;
   LWLockAcquire(f->lock, LW_SHARED);
-  frozen = TransactionIdIsValid(f->overflow_xid);
+  frozen = frozen || TransactionIdIsValid(f->overflow_xid);
   for (int i = 0; i < nused(); i++) {
     const StandbyFloor &e = f->items[i];
     if (!TransactionIdIsValid(e.xid) || e.dboid != dboid)
@@ -147,6 +160,14 @@ void standby_mark_committed(TransactionId xid, int64 now_us) {
   StandbyFloor *e = find(xid);
   if (e && e->committed_seen_us == 0)
     e->committed_seen_us = now_us;
+  LWLockRelease(f->lock);
+}
+
+void standby_hold_until(TransactionId xid) {
+  StandbyFloors *f = g_floors;
+  LWLockAcquire(f->lock, LW_EXCLUSIVE);
+  if (!TransactionIdIsValid(f->overflow_xid) || TransactionIdPrecedes(f->overflow_xid, xid))
+    f->overflow_xid = xid;
   LWLockRelease(f->lock);
 }
 

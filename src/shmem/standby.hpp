@@ -1,5 +1,5 @@
 // Standby floors: on a node replaying WAL, the floors the primary's
-// producers published (replayed from the capture's WAL records), keyed by
+// producers published (read back from the capture's WAL messages), keyed by
 // the producing transaction's xid. They play the part of the producers'
 // in-flight slots for the horizon (docs/ARCHITECTURE.md, "Standbys").
 #pragma once
@@ -37,7 +37,19 @@ struct StandbyFloors {
   TransactionId overflow_xid; // highest xid whose floor did not fit (Invalid: none)
   pg_atomic_uint64 overflows; // floors that did not fit (replication())
   pg_atomic_uint64 swept;     // floors removed by the sweep (replication())
+  // The WAL reader (worker 0, worker/wal_reader.hpp): where it stands, and
+  // its phase. Every horizon is held while it catches up at start (floors
+  // not read yet) and, once the node is promoted, until it has read the
+  // last replayed message (commits not applied yet).
+  pg_atomic_uint64 read_lsn; // end of the last record read (0: none yet)
+  pg_atomic_uint32 reader;   // ReaderPhase
   StandbyFloor items[FLEXIBLE_ARRAY_MEMBER];
+};
+
+enum ReaderPhase : uint32 {
+  kReaderCatchingUp = 0, // from shared memory's start until it reaches the replay position
+  kReaderLive = 1,       // reading as replay goes
+  kReaderDone = 2,       // not in recovery and nothing left to read
 };
 
 Size standby_size();
@@ -64,6 +76,9 @@ void standby_held_xids(std::vector<FloorXid> *out, TransactionId *overflow_xid);
 void standby_drop(TransactionId xid);
 // Notes that xid was found committed at now_us (first time only).
 void standby_mark_committed(TransactionId xid, int64 now_us);
+// Holds every horizon until every transaction up to xid has ended, as a
+// floor that did not fit (floors that may have been missed).
+void standby_hold_until(TransactionId xid);
 // Clears the overflow if it still names xid.
 void standby_clear_overflow(TransactionId xid);
 

@@ -30,6 +30,9 @@ http::Conn *conn(engine::SinkRef ref) { return static_cast<http::Conn *>(ref); }
 void HttpSink::reject(uint64_t conn_id, int status, const std::string &reason) {
   server_.reject(conn_id, status, reason);
 }
+void HttpSink::retry_later(uint64_t conn_id, const std::string &reason) {
+  server_.retry_later(conn_id, reason);
+}
 engine::SinkRef HttpSink::open(uint64_t conn_id, std::string preamble,
                                const std::string &start_id) {
   return server_.open(conn_id, std::move(preamble), start_id);

@@ -29,6 +29,7 @@ class HttpSink : public engine::FrameSink {
 public:
   explicit HttpSink(http::Server &s) : server_(s) {}
   void reject(uint64_t conn_id, int status, const std::string &reason) override;
+  void retry_later(uint64_t conn_id, const std::string &reason) override;
   engine::SinkRef open(uint64_t conn_id, std::string preamble,
                        const std::string &start_id) override;
   size_t queued_events(engine::SinkRef ref) const override;

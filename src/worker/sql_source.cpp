@@ -77,8 +77,10 @@ unsigned owner_of(pg::SpiTx &tx, const engine::StreamInfo &s,
 // Runs fn(tx) in its own transaction with the timeouts above; false (and a
 // warning) when anything in it failed: nothing of it is used. With
 // data_error, a failure row_data_error() names is reported there instead of
-// warned about (the caller reads row by row).
-template <typename F> bool run(const char *what, F &&fn, bool *data_error = nullptr) {
+// warned about (the caller reads row by row). With `vanished` set, a table
+// that no longer exists fails quietly and sets *vanished.
+template <typename F>
+bool run(const char *what, F &&fn, bool *data_error = nullptr, bool *vanished = nullptr) {
   try {
     pg::SpiTx tx;
     tx.query("SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, "
@@ -95,6 +97,10 @@ template <typename F> bool run(const char *what, F &&fn, bool *data_error = null
       *data_error = true;
       return false;
     }
+    if (vanished && e.sqlerrcode() == ERRCODE_UNDEFINED_TABLE) {
+      *vanished = true;
+      return false;
+    }
     pg::warn(std::string(what) + " failed (retried later): " + e.what());
     return false;
   } catch (const std::exception &e) { // e.g. std::stoll on a malformed value
@@ -105,8 +111,21 @@ template <typename F> bool run(const char *what, F &&fn, bool *data_error = null
 
 } // namespace
 
+// A stream dropped between the catalog's read and its maximum's (their own
+// transactions) is not an error: the catalog is read again, and no longer
+// lists it (at most twice; a third time warns).
 bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
                                 std::vector<engine::StreamInfo> *out) {
+  for (int attempt = 0;; attempt++) {
+    bool vanished = false;
+    const bool ok = load_catalog_once(which, out, attempt < 2 ? &vanished : nullptr);
+    if (ok || !vanished)
+      return ok;
+  }
+}
+
+bool SqlRowSource::load_catalog_once(const engine::CatalogFilter &which,
+                                     std::vector<engine::StreamInfo> *out, bool *vanished) {
   std::unordered_map<int64_t, std::string> sqls, maxes;
   std::unordered_map<int64_t, std::vector<pg::TableName>> tables;
   bool present = false;
@@ -221,7 +240,7 @@ bool SqlRowSource::load_catalog(const engine::CatalogFilter &which,
         tables[si.id] = std::move(names);
         out->push_back(std::move(si));
       }
-    });
+    }, nullptr, vanished);
     if (!part_ok) {
       out->clear();
       return false;

@@ -17,6 +17,12 @@ class SqlRowSource : public engine::RowSource {
 public:
   bool load_catalog(const engine::CatalogFilter &which,
                     std::vector<engine::StreamInfo> *out) override;
+
+private:
+  bool load_catalog_once(const engine::CatalogFilter &which, std::vector<engine::StreamInfo> *out,
+                         bool *vanished);
+
+public:
   bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
                   std::vector<engine::Row> *out) override;
   bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,

@@ -9,10 +9,12 @@
 #include "pg/spi.hpp"
 #include "settings/configs.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
 #include "worker/audience_rules.hpp"
 #include "worker/conn_rows.hpp"
 #include "worker/hub.hpp"
 #include "worker/standby.hpp"
+#include "worker/wal_reader.hpp"
 
 #include <csignal>
 #include <dirent.h>
@@ -156,6 +158,35 @@ void warn_repeated(const std::string &msg) {
   repeats = 0;
 }
 
+// New SSE connections decided per second (pgbus_stream.accept_rate): a
+// token bucket holding a tenth of a second's worth, so that a reconnect
+// storm is answered in order of arrival at a steady pace, not all at once.
+class AcceptBudget {
+public:
+  size_t allowance(int64 now_us) {
+    if (settings::current().accept_rate <= 0)
+      return SIZE_MAX;
+    const double cap = std::max(1.0, settings::current().accept_rate / 10.0);
+    if (last_us_ == 0)
+      tokens_ = cap;
+    else
+      tokens_ = std::min(cap, tokens_ + (now_us - last_us_) * (settings::current().accept_rate / 1e6));
+    last_us_ = now_us;
+    return tokens_ >= 1 ? (size_t)tokens_ : 0;
+  }
+  void took(size_t n) { tokens_ -= (double)n; }
+  // Milliseconds until the next connection may be decided (-1: no bound).
+  long wait_ms() const {
+    if (settings::current().accept_rate <= 0)
+      return -1;
+    return tokens_ >= 1 ? 0 : (long)((1 - tokens_) * 1000 / settings::current().accept_rate) + 1;
+  }
+
+private:
+  double tokens_ = 0;
+  int64 last_us_ = 0;
+};
+
 template <typename F> void guarded(F &&step) {
   try {
     step();
@@ -285,14 +316,21 @@ int run() {
   if (listening)
     register_routes(server, hub);
 
+  // Worker 0 reads the capture's messages back from replayed WAL; WAL
+  // written into pg_wal wakes it (worker/wal_reader.hpp).
+  if (worker_index == 0)
+    wal_reader_start();
+  const int wal_fd = worker_index == 0 ? wal_reader_fd() : -1;
   WaitEventSet *wes = nullptr;
   int fd = listening ? server.poll_fd() : -1;
   pg::call([&] {
-    wes = CreateWaitEventSet(TopMemoryContext, 3);
+    wes = CreateWaitEventSet(TopMemoryContext, 4);
     AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
     AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
     if (listening)
       AddWaitEventToSet(wes, WL_SOCKET_READABLE, fd, nullptr, nullptr);
+    if (wal_fd >= 0)
+      AddWaitEventToSet(wes, WL_SOCKET_READABLE, wal_fd, nullptr, nullptr);
   });
   // On a hot standby nothing is written (cursors, history, retention) until
   // it is promoted; the worker goes on serving across the promotion.
@@ -301,6 +339,8 @@ int run() {
           std::to_string(cfg.port) + (standby ? " (hot standby: read-only)" : ""));
   bool floors_held = standby; // standby floors to sweep (worker 0)
   int64 last_sweep_ms = 0;
+  long wal_poll_ms = worker_index == 0 ? wal_reader_pump() : -1;
+  AcceptBudget accepts;
 
   bool replays_pending = false;
   int64 last_snapshot_ms = 0;
@@ -338,13 +378,19 @@ int run() {
       timeout = release; // streams left by their last connection here go dormant after their linger
     if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
       timeout = 100; // floors of aborted transactions are swept while any are held
+    if (wal_poll_ms >= 0 && (timeout < 0 || timeout > wal_poll_ms))
+      timeout = wal_poll_ms; // replay wakes nobody: its position is looked at on a timer
+                             // while WAL arrives
+    if (listening && server.has_pending())
+      if (const long wait = accepts.wait_ms(); wait >= 0 && (timeout < 0 || timeout > wait))
+        timeout = wait; // new connections beyond accept_rate: the next one's turn
     if (const long poll = hub.ring_poll_ms();
         poll >= 0 && defer_ms < 0 && (timeout < 0 || timeout > poll))
       timeout = poll; // commits come too fast to be woken for each: read on a timer
                       // (not while paced: the round after the pause reads them)
-    WaitEvent events[3];
+    WaitEvent events[4];
     pg::call([&] {
-      (void)WaitEventSetWait(wes, timeout, events, 3, PG_WAIT_EXTENSION);
+      (void)WaitEventSetWait(wes, timeout, events, 4, PG_WAIT_EXTENSION);
       ResetLatch(MyLatch);
     });
     if (got_sigterm)
@@ -356,8 +402,10 @@ int run() {
       hub.configure(); // history and retention as configured
     }
     if (worker_index == 0) {
+      wal_poll_ms = wal_reader_pump();
       const int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (now_ms - last_sweep_ms >= 100) {
+      if (now_ms - last_sweep_ms >= 100 &&
+          pg_atomic_read_u32(&shmem::standby_floors()->reader) != shmem::kReaderCatchingUp) {
         last_sweep_ms = now_ms;
         guarded([&] { floors_held = sweep_standby_floors(); });
       }
@@ -408,7 +456,8 @@ int run() {
                                      ("reason=" + reason + " cursor=" + cursor).c_str());
           hub.closed(cid);
         }
-        std::vector<http::Request> pending = server.take_pending();
+        std::vector<http::Request> pending = server.take_pending(accepts.allowance(now_us));
+        accepts.took(pending.size());
         if (pending.empty())
           break;
         // Producers wake this worker for a newly watched stream from now on;
@@ -421,7 +470,7 @@ int run() {
           try {
             hub.subscribe(r);
           } catch (const pg::Error &e) {
-            server.reject(r.conn_id, 503, std::string("stream unavailable: ") + e.what() + "\n");
+            server.retry_later(r.conn_id, std::string("stream unavailable: ") + e.what() + "\n");
             shmem::record_diagnostic(worker_index, r.conn_id, "failed",
                                      r.streams.empty() ? "" : r.streams[0].c_str(), e.what());
           }

@@ -406,6 +406,14 @@ void World::frame(Client &c, const std::string &text) {
     return;
   if (id.empty())
     return; // preamble
+  if (event.empty() && data.empty()) {
+    // The opening frame's id with no data: an EventSource takes it as its
+    // last event id and dispatches nothing. It names where the connection
+    // starts, as the open comment does (taken there).
+    if (c.last_token.empty())
+      c.last_token = id;
+    return;
+  }
   // The framing of the connection's route, whichever path the row took.
   if (c.gem && data_lines != 1)
     return fail("a frame with " + std::to_string(data_lines) + " data lines on the gem's route");

@@ -333,10 +333,14 @@ sub _sse_line
 	{
 		$self->{frame} = undef;
 		# Per the EventSource rules a frame with no id, event or data field
-		# is not an event (comments only, a lone "retry:", stray blank lines).
+		# is not an event (comments only, a lone "retry:", stray blank lines),
+		# and one with an id but no event or data only sets the last event id
+		# (last_event_id), as a browser's EventSource does.
 		$self->{retry} = $f->{retry} if defined $f->{retry};
+		my @ids = grep { $_->[0] eq 'id' } @{ $f->{fields} };
+		$self->{last_event_id} = $ids[-1][1] if @ids;
 		return
-		  unless grep { $_->[0] eq 'id' || $_->[0] eq 'event' || $_->[0] eq 'data' }
+		  unless grep { $_->[0] eq 'event' || $_->[0] eq 'data' }
 		  @{ $f->{fields} };
 		$f->{data} = join("\n", @{ $f->{data_lines} }) if @{ $f->{data_lines} };
 		$f->{index} = scalar @{ $self->{events} };
@@ -402,6 +406,10 @@ sub body { return $_[0]{body} }
 
 # retry returns the last "retry:" value received, or undef.
 sub retry { return $_[0]{retry} }
+
+# last_event_id is the id an EventSource would send back as Last-Event-ID:
+# the last id field of any frame so far (also of one without data).
+sub last_event_id { return $_[0]{last_event_id} }
 
 # events returns every complete frame received so far (hashrefs).
 sub events { return @{ $_[0]{events} } }

@@ -26,11 +26,14 @@ is($c->header('x-accel-buffering'), 'no', 'x-accel-buffering');
 is($c->header('access-control-allow-origin'), undef, 'no CORS header unless configured');
 
 ok($c->wait_for_events(1, 10), 'preamble arrives');
-my $preamble_re = qr/\Aretry: 2000\n: pgbus stream open since_id=([A-Za-z0-9._~:,-]+) stream=chat\nevent: pgbus:connected\ndata: \{"connectionId":"([0-9a-f]{16})"\}\n\n/;
-like($c->body, $preamble_re, 'exact preamble: retry, open comment, pgbus:connected')
+my $preamble_re = qr/\Aretry: (\d+)\n: pgbus stream open since_id=([A-Za-z0-9._~:,-]+) stream=chat\nevent: pgbus:connected\ndata: \{"connectionId":"([0-9a-f]{16})"\}\n\nid: ([A-Za-z0-9._~:,-]+)\n\n/;
+like($c->body, $preamble_re, 'exact preamble: retry, open comment, pgbus:connected, the starting id')
   or diag('body: ' . PgbusNode::sql_literal($c->body));
-my ($since0, $conn_id) = $c->body =~ $preamble_re;
+my ($retry0, $since0, $conn_id, $start_id) = $c->body =~ $preamble_re;
+ok(defined $retry0 && $retry0 >= 1000 && $retry0 <= 3000, "retry is between 1 and 3 s ($retry0)");
 ok(defined $since0 && parse_token($since0), "preamble since_id is a cursor token ($since0)");
+is($start_id, $since0, 'the id frame carries the starting cursor');
+is($c->last_event_id, $since0, 'which an EventSource takes as its last event id');
 my ($first) = $c->events;
 is($first->{event}, 'pgbus:connected', 'first frame is pgbus:connected');
 is($first->{id}, undef, 'pgbus:connected carries no id');
@@ -39,7 +42,7 @@ is($first->{id}, undef, 'pgbus:connected carries no id');
 my $c2 = $pg->sse('/streams/chat');
 is($c2->status, 200, 'second subscriber: 200');
 ok($c2->wait_for_events(1, 10), 'second subscriber: preamble');
-my ($conn_id2) = $c2->body =~ $preamble_re;
+my (undef, undef, $conn_id2) = $c2->body =~ $preamble_re;
 isnt($conn_id2, $conn_id, 'each connection has its own connectionId');
 
 # ---- committed broadcasts ----
