@@ -5,6 +5,7 @@
 #include "pgbus_stream.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
+#include "pg/compat.hpp"
 
 extern "C" {
 #include "postgres.h"

@@ -15,6 +15,7 @@ PG_FUNCTION_INFO_V1(pgbus_stream_queue_name_or_null);
 }
 
 #include "pg/guard.hpp"
+#include "pg/compat.hpp"
 
 namespace {
 
