@@ -26,6 +26,10 @@ else
 	DEFAULT=${XDG_CACHE_HOME:-$HOME/.cache}/pgbus_stream/pg$PG_MAJOR-cassert
 fi
 PREFIX=${PGBUS_CASSERT_PREFIX:-$DEFAULT}
+# One at a time per cache (two runs on one machine would undo each other).
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock 9
 SRC=$PREFIX-src
 JOBS=${JOBS:-2}
 STAMP=$PREFIX/.complete

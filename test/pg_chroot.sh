@@ -26,14 +26,16 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 77
 fi
 ROOT=${PGBUS_CHROOT:-/var/cache/pgbus_stream/$SUITE-pg$PG_MAJOR}
+# One at a time per cache (two runs on one machine would undo each other).
+mkdir -p "$(dirname "$ROOT")"
+exec 9>"$ROOT.lock"
+flock 9
 STAMP=$ROOT/.pgbus_complete
 PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR
 	libmicrohttpd-dev libssl-dev pkg-config g++ make libipc-run-perl perl curl procps passwd util-linux
 	git ca-certificates
-	chromium nginx nodejs
-	debhelper dpkg-dev postgresql-server-dev-all fakeroot"
-# What the cache was made with: another list means another bootstrap.
-WANT="$SUITE $(echo $PACKAGES)"
+	chromium nginx nodejs openssl
+	debhelper dpkg-dev postgresql-server-dev-all fakeroot lintian"
 
 say() { echo "pg_chroot: $*" >&2; }
 
@@ -50,6 +52,19 @@ in_root() {
 		mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
 		exec chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			HOME=/root LANG=C.UTF-8 TERM=dumb "$@"' sh "$ROOT" "$@"
+}
+
+# install_packages: the packages above, into an existing root.
+install_packages() {
+	say "apt-get install (in $ROOT): $(echo $PACKAGES)"
+	# shellcheck disable=SC2086
+	in_root /bin/sh -ec "export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold $(echo $PACKAGES) >/dev/null
+		apt-get clean" >&2 || return 1
+	in_root /bin/sh -ec 'id -u pgbus >/dev/null 2>&1 || useradd --create-home --shell /bin/bash pgbus' >&2
+	printf '%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SUITE" "$(echo $PACKAGES)" >"$STAMP"
+	say "ready: $ROOT ($(in_root /usr/lib/postgresql/$PG_MAJOR/bin/postgres --version))"
 }
 
 bootstrap() {
@@ -71,26 +86,21 @@ bootstrap() {
 	chmod 755 "$ROOT/usr/sbin/policy-rc.d"
 	mkdir -p "$ROOT/etc/postgresql-common"
 	echo "create_main_cluster = false" >"$ROOT/etc/postgresql-common/createcluster.conf"
-	say "apt-get install (in $ROOT): $(echo $PACKAGES)"
-	# shellcheck disable=SC2086
-	in_root /bin/sh -ec "export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold $(echo $PACKAGES) >/dev/null
-		apt-get clean" >&2 || return 1
-	in_root /bin/sh -ec 'id -u pgbus >/dev/null 2>&1 || useradd --create-home --shell /bin/bash pgbus' >&2
-	printf '%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$WANT" >"$STAMP"
-	say "ready: $ROOT ($(in_root /usr/lib/postgresql/$PG_MAJOR/bin/postgres --version))"
+	install_packages
 }
 
-if [ -f "$STAMP" ] && [ "$(sed -n 2p "$STAMP")" = "$WANT" ] &&
-	[ -x "$ROOT/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" ]; then
-	:
-else
+# A root of another suite is made again; one that lacks packages of the list
+# gets them.
+if [ ! -f "$STAMP" ] || [ "$(sed -n 2p "$STAMP")" != "$SUITE" ]; then
 	bootstrap
+elif [ "$(sed -n 3p "$STAMP")" != "$(echo $PACKAGES)" ] ||
+	[ ! -x "$ROOT/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" ]; then
+	install_packages
 fi
 
 if [ "${1:-}" = --run ]; then
 	shift
+	exec 9>&- # the lock guards the making only, not what runs inside
 	in_root "$@"
 else
 	echo "$ROOT"

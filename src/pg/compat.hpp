@@ -51,10 +51,10 @@ inline LocalTransactionId my_local_xid() {
 #endif
 }
 
-// Sets the WAL writer's latch, if it runs. Up to 16 PROC_HDR holds a pointer
-// to that latch; from 17 the WAL writer's ProcNumber, whose PGPROC holds it.
+// Sets the WAL writer's latch, if it runs. Up to 17 PROC_HDR holds a pointer
+// to that latch; from 18 the WAL writer's ProcNumber, whose PGPROC holds it.
 inline void wake_wal_writer() {
-#if PG_VERSION_NUM >= 170000
+#if PG_VERSION_NUM >= 180000
   const ProcNumber walwriter = ((volatile PROC_HDR *)ProcGlobal)->walwriterProc;
   if (walwriter != INVALID_PROC_NUMBER)
     SetLatch(&GetPGProcByNumber(walwriter)->procLatch);
