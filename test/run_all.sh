@@ -79,11 +79,12 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 ALL_STAGES=(deps build install regress unit unit-san engine http fuzz tap browser package cassert pg18 pg17 logs mutations)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo,
-# Debian package).
+# Debian package, PostgreSQL 18 from source, the trixie root of pg17).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
-	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+	postgresql-common postgresql-15 postgresql-client-15 postgresql-server-dev-15
 	libpq-dev libmicrohttpd-dev libssl-dev libipc-run-perl perl curl procps passwd util-linux
-	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian)
+	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian
+	bison flex debootstrap)
 
 ONLY=""
 SKIP=""
@@ -506,13 +507,6 @@ stage_logs() {
 # ---------------------------------------------------------------- main
 
 START=$(now)
-# The slow preparations of pg18 and pg17 first, in the background.
-if wanted pg18; then
-	prepare_bg pg18 "$PG18_DIR/prepare" env JOBS="$JOBS" "$REPO/test/pg_cassert.sh" 18
-fi
-if wanted pg17 && [ $IS_ROOT -eq 1 ]; then
-	prepare_bg pg17 "$PG17_DIR/prepare" env PG_MAJOR=17 "$REPO/test/pg_chroot.sh"
-fi
 # Failure details gathered by the stages (which run in this shell), printed
 # after the summary.
 WHAT_FAILED=""
@@ -520,6 +514,15 @@ echo "pgbus_stream: run_all.sh in $REPO ($(id -un), $(date -u '+%Y-%m-%d %H:%M:%
 export PATH="$PGBIN:$PATH"
 
 run_stage deps stage_deps
+# The slow preparations of pg18 and pg17 (once per machine) in the
+# background, while the other stages run; after deps, which installs what
+# they need.
+if wanted pg18; then
+	prepare_bg pg18 "$PG18_DIR/prepare" env JOBS="$JOBS" "$REPO/test/pg_cassert.sh" 18
+fi
+if wanted pg17 && [ $IS_ROOT -eq 1 ]; then
+	prepare_bg pg17 "$PG17_DIR/prepare" env PG_MAJOR=17 "$REPO/test/pg_chroot.sh"
+fi
 run_stage build stage_build
 BUILD_OK=1
 case "${RESULTS[-1]}" in build\|FAIL*) BUILD_OK=0 ;; esac

@@ -23,9 +23,8 @@ extern "C" {
 #endif
 }
 
-#if PG_VERSION_NUM < 150000 || (PG_VERSION_NUM >= 160000 && PG_VERSION_NUM < 170000) || \
-    PG_VERSION_NUM >= 190000
-#warning "pgbus_stream is built and tested against PostgreSQL 15, 17 and 18 only"
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
+#error "pgbus_stream builds against PostgreSQL 15 to 18 (tested: 15, 17, 18)"
 #endif
 
 namespace pgbs::pg {
