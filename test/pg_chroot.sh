@@ -35,7 +35,7 @@ PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-client
 	libmicrohttpd-dev libssl-dev pkg-config g++ make libipc-run-perl perl curl procps passwd util-linux
 	git ca-certificates
 	chromium nginx nodejs openssl
-	debhelper dpkg-dev postgresql-server-dev-all fakeroot lintian"
+	build-essential debhelper dpkg-dev postgresql-server-dev-all fakeroot lintian"
 
 say() { echo "pg_chroot: $*" >&2; }
 
