@@ -415,16 +415,19 @@ prepare_bg() {
 	PREPARE_PID[$name]=$!
 	echo "preparing $name in the background: $* (log: $dir/prepare.log)"
 }
-# prepare_wait NAME DIR: waits for it; prints its stdout; fails as it did.
+# prepare_wait NAME DIR: waits for it (in this shell: a command
+# substitution could not wait for it); its stdout in PREPARE_OUT; fails as it did.
+PREPARE_OUT=""
 prepare_wait() {
 	local name=$1 dir=$2
+	PREPARE_OUT=""
 	if [ -z "${PREPARE_PID[$name]:-}" ]; then
 		return 1
 	fi
 	wait "${PREPARE_PID[$name]}" 2>/dev/null
 	cat "$dir/prepare.log" >&2
 	[ "$(cat "$dir/prepare.rc" 2>/dev/null)" = 0 ] || return 1
-	cat "$dir/prepare.out"
+	PREPARE_OUT=$(cat "$dir/prepare.out")
 }
 
 PG18_DIR=${PGBUS_PG18_DIR:-/tmp/pgbus_stream_pg18}
@@ -437,7 +440,8 @@ NESTED_STAGES=build,install,regress,tap,browser,logs
 # stage_pg18: PostgreSQL 18 with assertions (test/pg_cassert.sh 18).
 stage_pg18() {
 	local pgc
-	pgc=$(prepare_wait pg18 "$PG18_DIR/prepare") || return 1
+	prepare_wait pg18 "$PG18_DIR/prepare" || return 1
+	pgc=$PREPARE_OUT
 	copy_tree "$PG18_DIR/tree" || return 1
 	chmod -R a+rX "$PG18_DIR"
 	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$PG18_DIR/check WERROR=-Werror PGBUS_BROWSER_TESTS=edge \
@@ -454,7 +458,8 @@ stage_pg17() {
 		echo "pg17 needs root (debootstrap, chroot)"
 		return 77
 	fi
-	root=$(prepare_wait pg17 "$PG17_DIR/prepare") || return 1
+	prepare_wait pg17 "$PG17_DIR/prepare" || return 1
+	root=$PREPARE_OUT
 	copy_tree "$root/opt/pgbus_stream" || return 1
 	chmod -R a+rX "$root/opt/pgbus_stream"
 	# shellcheck disable=SC2016
