@@ -435,7 +435,9 @@ PG17_DIR=${PGBUS_PG17_DIR:-/tmp/pgbus_stream_pg17}
 # The server stages of another major, nested on a copy of the tree: warnings
 # are errors there, and the browser stage runs its edge test (a hot standby
 # beside the primary) only.
-NESTED_STAGES=build,install,regress,tap,browser,logs
+NESTED_STAGES=${PGBUS_NESTED_STAGES:-build,install,regress,tap,browser,logs}
+# Where pg17 copies the tree inside its root.
+PG17_TREE=${PGBUS_PG17_TREE:-/opt/pgbus_stream}
 
 # stage_pg18: PostgreSQL 18 with assertions (test/pg_cassert.sh 18).
 stage_pg18() {
@@ -460,18 +462,19 @@ stage_pg17() {
 	fi
 	prepare_wait pg17 "$PG17_DIR/prepare" || return 1
 	root=$PREPARE_OUT
-	copy_tree "$root/opt/pgbus_stream" || return 1
-	chmod -R a+rX "$root/opt/pgbus_stream"
+	copy_tree "$root$PG17_TREE" || return 1
+	chmod -R a+rX "$root$PG17_TREE"
 	# shellcheck disable=SC2016
-	PG_MAJOR=17 "$REPO/test/pg_chroot.sh" --run /bin/sh -c 'cd /opt/pgbus_stream &&
+	PG_MAJOR=17 "$REPO/test/pg_chroot.sh" --run /bin/sh -c 'cd "$6" &&
 		PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config WERROR=-Werror PGBUS_BROWSER_TESTS=edge \
 		JOBS=$1 PROVE_JOBS=$2 PROVE_TESTS="$3" PROVE_FLAGS="$4" \
-		./test/run_all.sh --only "$5"' sh "$JOBS" "${PROVE_JOBS:-}" "${PROVE_TESTS:-}" "${PROVE_FLAGS:-}" "$NESTED_STAGES,package"
+		./test/run_all.sh --only "$5"' sh "$JOBS" "${PROVE_JOBS:-}" "${PROVE_TESTS:-}" "${PROVE_FLAGS:-}" \
+		"${PGBUS_NESTED_STAGES:-$NESTED_STAGES,package}" "$PG17_TREE"
 	local rc=$?
 	# The logs stay readable from the machine.
 	rm -rf "$PG17_DIR/check"
 	mkdir -p "$PG17_DIR/check"
-	ln -sfn "$root/opt/pgbus_stream/test/t/tmp_check" "$PG17_DIR/check/tmp_check"
+	ln -sfn "$root$PG17_TREE/test/t/tmp_check" "$PG17_DIR/check/tmp_check"
 	return $rc
 }
 
