@@ -286,10 +286,10 @@ static void define_gucs() {
   DefineCustomStringVariable(
       "pgbus_stream.admin_token",
       "Bearer token required by /, /metrics, /stats.json and /healthz (empty: none).", nullptr,
-      &admin_token, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, nullptr, nullptr,
+      &admin_token, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr,
       nullptr);
   // Credentials of private streams: superuser-only and hidden like admin_token.
-  constexpr int kSecret = GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL;
+  constexpr int kSecret = GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE;
   DefineCustomStringVariable("pgbus_stream.signing_secret",
                              "Key of pgbus signed stream names (the gem's "
                              "streams_signed_name_secret; empty: none).",
