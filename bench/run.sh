@@ -12,7 +12,14 @@
 set -euo pipefail
 
 BENCH=$(cd "$(dirname "$0")" && pwd)
+# PG_CONFIG selects the PostgreSQL (15, 17 or 18; default Debian's 15), or
+# PGBIN its programs directly.
+if [ -z "${PGBIN:-}" ] && [ -n "${PG_CONFIG:-}" ]; then
+    PGBIN=$("$PG_CONFIG" --bindir) || { echo "run.sh: $PG_CONFIG --bindir failed" >&2; exit 1; }
+fi
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PG_MAJOR=$("$PGBIN/pg_config" --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+PG_MAJOR=${PG_MAJOR:-15}
 
 # ---------------------------------------------------------------- options ----
 SYSTEMS=pgbus,nchan,relay
@@ -348,7 +355,7 @@ missing=()
 command -v g++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || missing+=(make)
 [ -f /usr/include/postgresql/libpq-fe.h ] || missing+=(libpq-dev)
-if needs_pg; then [ -x "$PGBIN/initdb" ] && [ -x "$PGBIN/pgbench" ] || missing+=(postgresql-15 postgresql-contrib); fi
+if needs_pg; then [ -x "$PGBIN/initdb" ] && [ -x "$PGBIN/pgbench" ] || missing+=("postgresql-$PG_MAJOR" postgresql-contrib); fi
 command -v node >/dev/null || missing+=(nodejs)
 command -v jq >/dev/null || missing+=(jq)
 if need_relay; then command -v npm >/dev/null || missing+=(npm); fi
@@ -363,8 +370,8 @@ if need_pgbus; then
     libdir=$("$PGBIN/pg_config" --pkglibdir)
     sharedir=$("$PGBIN/pg_config" --sharedir)
     [ -f "$libdir/pgbus_stream.so" ] && [ -f "$sharedir/extension/pgbus_stream.control" ] ||
-        die "the pgbus_stream extension is not installed for PostgreSQL 15 ($libdir/pgbus_stream.so, $sharedir/extension/pgbus_stream.control).
-  Run 'make install' in the repository root first, or leave it out: --systems nchan,relay"
+        die "the pgbus_stream extension is not installed for PostgreSQL $PG_MAJOR ($libdir/pgbus_stream.so, $sharedir/extension/pgbus_stream.control).
+  Run 'make install PG_CONFIG=$PGBIN/pg_config' in the repository root first, or leave it out: --systems nchan,relay"
 fi
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -386,7 +393,7 @@ psql_q() { "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -q -At -h "$PGSOCK" -p "$PGPORT" 
 PGBUS_WORKER_PIDS=""
 
 start_pg() {
-    log "initdb + start PostgreSQL 15 on port $PGPORT"
+    log "initdb + start PostgreSQL $PG_MAJOR ($PGBIN) on port $PGPORT"
     mkdir -p "$PGDATA" "$PGSOCK"
     chown "$PGUSER_OWNER" "$TMP" "$PGDATA" "$PGSOCK" 2>/dev/null || true
     chmod 700 "$PGDATA"

@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# test/pg_cassert.sh — builds PostgreSQL 15 with assertions once, from
-# Debian's source package, and prints the path of its pg_config.
+# test/pg_cassert.sh — builds PostgreSQL with assertions once, from Debian's
+# source package, and prints the path of its pg_config.
 #
-#   PREFIX=$(./test/pg_cassert.sh)      build if missing, else reuse
+#   PGC=$(./test/pg_cassert.sh)         15 (the default): build if missing, else reuse
+#   PGC=$(./test/pg_cassert.sh 18)      another major
 #
 # The installation is cached in $PGBUS_CASSERT_PREFIX (default
-# /var/cache/pgbus_stream/pg15-cassert as root, else
-# ~/.cache/pgbus_stream/pg15-cassert); the source and build tree sit next to
-# it (…-src) and can be removed after a build. Built from the upstream
+# /var/cache/pgbus_stream/pgN-cassert as root, else
+# ~/.cache/pgbus_stream/pgN-cassert); the source and build tree sit next to
+# it (…-src) and can be removed after a build. The source package comes from
+# the machine's own suites when they carry postgresql-N (15 on bookworm),
+# else from Debian sid, through a private apt configuration next to the
+# cache (…-apt): the machine's apt sources are not touched for that. Built from the upstream
 # sources of the package (Debian's patches left out): the server, its client
 # programs and libraries, pg_regress, headers, PGXS and the TAP modules; no
 # contrib, no extra libraries (ICU, readline, zlib, LLVM).
 # Progress goes to stderr; stdout carries only the pg_config path.
 set -euo pipefail
 
-PG_MAJOR=15
+PG_MAJOR=${1:-15}
+case $PG_MAJOR in '' | *[!0-9]*) echo "pg_cassert: the major is a number, not '$PG_MAJOR'" >&2; exit 2 ;; esac
 if [ "$(id -u)" -eq 0 ]; then
 	DEFAULT=/var/cache/pgbus_stream/pg$PG_MAJOR-cassert
 else
 	DEFAULT=${XDG_CACHE_HOME:-$HOME/.cache}/pgbus_stream/pg$PG_MAJOR-cassert
 fi
 PREFIX=${PGBUS_CASSERT_PREFIX:-$DEFAULT}
+# One at a time per cache (two runs on one machine would undo each other).
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock 9
 SRC=$PREFIX-src
 JOBS=${JOBS:-2}
 STAMP=$PREFIX/.complete
@@ -38,7 +47,21 @@ if [ -f "$STAMP" ] && [ -x "$PREFIX/bin/pg_config" ] &&
 fi
 
 # Debian's source package: needs a deb-src entry for the running suites.
-if ! apt-get source --print-uris -qq "postgresql-$PG_MAJOR" >/dev/null 2>&1; then
+APT_OPTS=()
+if [ "$PG_MAJOR" != 15 ] && ! apt-cache showsrc "postgresql-$PG_MAJOR" 2>/dev/null | grep -q '^Version:'; then
+	# Not in the machine's suites: sid's source package, from the mirror the
+	# machine already uses, with apt's lists kept next to the cache.
+	APTDIR=$PREFIX-apt
+	MIRROR=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | grep -v security | head -n 1)
+	[ -n "$MIRROR" ] || MIRROR=$(sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}\(http[^ ]*\) .*/\2/p' /etc/apt/sources.list 2>/dev/null | grep -v security | head -n 1)
+	MIRROR=${MIRROR:-http://deb.debian.org/debian}
+	mkdir -p "$APTDIR/lists/partial" "$APTDIR/cache/archives/partial"
+	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR sid main" >"$APTDIR/sources.list"
+	APT_OPTS=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o "Dir::Etc::SourceParts=$APTDIR/none"
+		-o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache")
+	say "apt-get update for sid's sources ($MIRROR, lists in $APTDIR)"
+	apt-get "${APT_OPTS[@]}" update -qq >&2
+elif ! apt-get source --print-uris -qq "postgresql-$PG_MAJOR" >/dev/null 2>&1; then
 	[ "$(id -u)" -eq 0 ] || { say "need root to add a deb-src entry"; exit 1; }
 	if [ -f /etc/apt/sources.list.d/debian.sources ]; then
 		sed -n '/^Types: deb$/,/^$/p' /etc/apt/sources.list.d/debian.sources |
@@ -56,8 +79,8 @@ mkdir -p "$SRC"
 say "fetching the source of postgresql-$PG_MAJOR into $SRC"
 # Newest version first; a mirror may lack the newest source (security pool).
 fetched=0
-for v in $(apt-cache showsrc "postgresql-$PG_MAJOR" | sed -n 's/^Version: //p' | sort -rV); do
-	if (cd "$SRC" && apt-get source -qq --download-only "postgresql-$PG_MAJOR=$v" >&2); then
+for v in $(apt-cache "${APT_OPTS[@]}" showsrc "postgresql-$PG_MAJOR" | sed -n 's/^Version: //p' | sort -rV); do
+	if (cd "$SRC" && apt-get "${APT_OPTS[@]}" source -qq --download-only "postgresql-$PG_MAJOR=$v" >&2); then
 		fetched=1
 		break
 	fi

@@ -31,6 +31,16 @@
 #             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
 #             built once from Debian's source package, then reused from its
 #             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
+#   pg18      (only when asked: --only pg18) build (warnings as errors), install, regress, tap, the browser's
+#             edge test and logs against PostgreSQL 18 built with
+#             --enable-cassert (test/pg_cassert.sh 18: sid's source package,
+#             built once and cached), on a copy of the tree in $PGBUS_PG18_DIR
+#   pg17      (only when asked: --only pg17) the same stages, and package, against Debian trixie's
+#             PostgreSQL 17 packages, inside a trixie root made once by
+#             test/pg_chroot.sh (root only; the servers listen on the
+#             machine's loopback)
+#             Both start preparing their server in the background when the
+#             run begins (log: <dir>/prepare.log), while the other stages run.
 #   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
 #             a process killed by a signal, a worker exit while the server was
 #             not stopping, or a FATAL line of the extension fails, except kills
@@ -60,10 +70,11 @@
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_MAJOR=15
-# PG_CONFIG (environment) selects another PostgreSQL 15 installation, e.g. an
-# assert-enabled build or a private copy; default: Debian's.
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
+# PG_CONFIG (environment) selects another PostgreSQL installation (15, 17 or
+# 18), e.g. an assert-enabled build or a private copy; default: Debian's 15.
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_MAJOR=$("$PG_CONFIG" --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+PG_MAJOR=${PG_MAJOR:-15}
 PGBIN=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/$PG_MAJOR/bin)
 PGXS_DIR=$(dirname "$(dirname "$(dirname "$("$PG_CONFIG" --pgxs 2>/dev/null || echo /usr/lib/postgresql/$PG_MAJOR/lib/pgxs/src/makefiles/pgxs.mk)")")")
 PG_REGRESS=$PGXS_DIR/src/test/regress/pg_regress
@@ -72,14 +83,15 @@ export PG_CONFIG
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-ALL_STAGES=(deps checks build install regress unit unit-san engine http fuzz tap browser package cassert logs mutations)
+ALL_STAGES=(deps checks build install regress unit unit-san engine http fuzz tap browser package cassert pg18 pg17 logs mutations)
 
 # Debian packages the stages need (build, server, TAP harness, unit tests, demo,
-# Debian package).
+# Debian package, PostgreSQL 18 from source, the trixie root of pg17).
 PACKAGES=(make g++ clang libclang-rt-14-dev pkg-config libgtest-dev
-	postgresql-common "postgresql-$PG_MAJOR" "postgresql-client-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+	postgresql-common postgresql-15 postgresql-client-15 postgresql-server-dev-15
 	libpq-dev libmicrohttpd-dev libssl-dev libipc-run-perl perl curl procps passwd util-linux
-	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian)
+	build-essential debhelper dpkg-dev postgresql-server-dev-all lintian
+	bison flex debootstrap)
 
 ONLY=""
 SKIP=""
@@ -97,6 +109,9 @@ done
 for _s in ${ONLY//,/ } ${SKIP//,/ }; do
 	[[ " ${ALL_STAGES[*]} " == *" $_s "* ]] || { echo "run_all.sh: unknown stage '$_s' (stages: ${ALL_STAGES[*]})" >&2; exit 2; }
 done
+
+# asked NAME: the stage was named with --only (stages run only on request).
+asked() { [[ "$ONLY" == *",$1,"* ]]; }
 
 wanted() {
 	local s=$1
@@ -291,7 +306,9 @@ stage_browser() {
 		return 77
 	fi
 	BROWSER_RAN=1
-	bash "$REPO/test/browser/run.sh"
+	# PGBUS_BROWSER_TESTS: a filter of test/browser/run.sh (default: all).
+	# shellcheck disable=SC2086
+	bash "$REPO/test/browser/run.sh" ${PGBUS_BROWSER_TESTS:-}
 }
 
 stage_checks() {
@@ -379,20 +396,107 @@ stage_package() {
 stage_cassert() {
 	local pgc dir=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
 	pgc=$(JOBS=$JOBS "$REPO/test/pg_cassert.sh") || return 1
-	rm -rf "$dir"
-	mkdir -p "$dir/tree" || return 1
-	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
-		# tracked and new files as they are in the working tree (deleted ones skipped)
-		(cd "$REPO" && git ls-files -co --exclude-standard -z |
-			while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-			xargs -0 cp --parents -t "$dir/tree") || return 1
-	else
-		cp -R "$REPO"/. "$dir/tree" || return 1
-		make -C "$dir/tree" clean PG_CONFIG="$pgc" >/dev/null 2>&1
-	fi
+	copy_tree "$dir/tree" || return 1
 	chmod -R a+rX "$dir"
 	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
 		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
+}
+
+# copy_tree DIR: DIR emptied, then the tree's files as they are in the
+# working tree (tracked and new; deleted ones skipped), without build output;
+# the browser tests' node_modules too, when present (not fetched again).
+copy_tree() {
+	local dir=$1
+	rm -rf "$dir"
+	mkdir -p "$dir" || return 1
+	if git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+		(cd "$REPO" && git ls-files -co --exclude-standard -z |
+			while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+			xargs -0 cp --parents -t "$dir") || return 1
+	else
+		cp -R "$REPO"/. "$dir" || return 1
+		make -C "$dir" clean >/dev/null 2>&1
+	fi
+	if [ -d "$REPO/test/browser/node_modules" ]; then
+		cp -R "$REPO/test/browser/node_modules" "$dir/test/browser/" || return 1
+	fi
+}
+
+# The servers of pg18 and pg17 take minutes to prepare the first time on a
+# machine (a build from source, a debootstrap): started in the background
+# when the run begins, awaited by their stage. prepare_bg NAME DIR CMD...
+# runs CMD with its output in DIR/prepare.log and its stdout in DIR/prepare.out.
+declare -A PREPARE_PID=()
+prepare_bg() {
+	local name=$1 dir=$2
+	shift 2
+	mkdir -p "$dir" || return 1
+	rm -f "$dir/prepare.out" "$dir/prepare.rc"
+	("$@" >"$dir/prepare.out" 2>"$dir/prepare.log"; echo $? >"$dir/prepare.rc") &
+	PREPARE_PID[$name]=$!
+	echo "preparing $name in the background: $* (log: $dir/prepare.log)"
+}
+# prepare_wait NAME DIR: waits for it (in this shell: a command
+# substitution could not wait for it); its stdout in PREPARE_OUT; fails as it did.
+PREPARE_OUT=""
+prepare_wait() {
+	local name=$1 dir=$2
+	PREPARE_OUT=""
+	if [ -z "${PREPARE_PID[$name]:-}" ]; then
+		return 1
+	fi
+	wait "${PREPARE_PID[$name]}" 2>/dev/null
+	cat "$dir/prepare.log" >&2
+	[ "$(cat "$dir/prepare.rc" 2>/dev/null)" = 0 ] || return 1
+	PREPARE_OUT=$(cat "$dir/prepare.out")
+}
+
+PG18_DIR=${PGBUS_PG18_DIR:-/tmp/pgbus_stream_pg18}
+PG17_DIR=${PGBUS_PG17_DIR:-/tmp/pgbus_stream_pg17}
+# The server stages of another major, nested on a copy of the tree: warnings
+# are errors there, and the browser stage runs its edge test (a hot standby
+# beside the primary) only.
+NESTED_STAGES=${PGBUS_NESTED_STAGES:-build,install,regress,tap,browser,logs}
+# Where pg17 copies the tree inside its root.
+PG17_TREE=${PGBUS_PG17_TREE:-/opt/pgbus_stream}
+
+# stage_pg18: PostgreSQL 18 with assertions (test/pg_cassert.sh 18).
+stage_pg18() {
+	local pgc
+	prepare_wait pg18 "$PG18_DIR/prepare" || return 1
+	pgc=$PREPARE_OUT
+	copy_tree "$PG18_DIR/tree" || return 1
+	chmod -R a+rX "$PG18_DIR"
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$PG18_DIR/check WERROR=-Werror PGBUS_BROWSER_TESTS=edge \
+		"$PG18_DIR/tree/test/run_all.sh" --only "$NESTED_STAGES"
+}
+
+# stage_pg17: Debian's PostgreSQL 17, in a trixie root (test/pg_chroot.sh).
+# The tree is copied into the root and its run_all.sh runs there as root (it
+# starts the servers as its own unprivileged user); the package stage builds
+# postgresql-17-pgbus-stream there.
+stage_pg17() {
+	local root
+	if [ $IS_ROOT -ne 1 ]; then
+		echo "pg17 needs root (debootstrap, chroot)"
+		return 77
+	fi
+	prepare_wait pg17 "$PG17_DIR/prepare" || return 1
+	root=$PREPARE_OUT
+	copy_tree "$root$PG17_TREE" || return 1
+	chmod -R a+rX "$root$PG17_TREE"
+	# shellcheck disable=SC2016
+	PG_MAJOR=17 "$REPO/test/pg_chroot.sh" --run /bin/sh -c 'cd "$6" &&
+		PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config WERROR=-Werror PGBUS_BROWSER_TESTS=edge \
+		JOBS=$1 PROVE_JOBS=$2 PROVE_TESTS="$3" PROVE_FLAGS="$4" \
+		./test/run_all.sh --only "$5"' sh "$JOBS" "${PROVE_JOBS:-}" "${PROVE_TESTS:-}" "${PROVE_FLAGS:-}" \
+		"${PGBUS_NESTED_STAGES:-$NESTED_STAGES,package}" "$PG17_TREE"
+	local rc=$?
+	# The logs stay readable from the machine.
+	rm -rf "$PG17_DIR/check"
+	mkdir -p "$PG17_DIR/check"
+	ln -sfn "$root$PG17_TREE/test/t/tmp_check" "$PG17_DIR/check/tmp_check"
+	return $rc
 }
 
 # stage_logs: every server log of this run (regress, tap, and the browser
@@ -440,6 +544,15 @@ export PATH="$PGBIN:$PATH"
 
 run_stage deps stage_deps
 run_stage checks stage_checks
+# The slow preparations of pg18 and pg17 (once per machine) in the
+# background, while the other stages run; after deps, which installs what
+# they need.
+if asked pg18; then
+	prepare_bg pg18 "$PG18_DIR/prepare" env JOBS="$JOBS" "$REPO/test/pg_cassert.sh" 18
+fi
+if asked pg17 && [ $IS_ROOT -eq 1 ]; then
+	prepare_bg pg17 "$PG17_DIR/prepare" env PG_MAJOR=17 "$REPO/test/pg_chroot.sh"
+fi
 run_stage build stage_build
 BUILD_OK=1
 case "${RESULTS[-1]}" in build\|FAIL*) BUILD_OK=0 ;; esac
@@ -471,6 +584,10 @@ else
 fi
 run_stage package stage_package
 run_stage cassert stage_cassert
+# Not yet part of the default run (their full TAP suites have not passed
+# on this tree yet): ./test/run_all.sh --only pg18,pg17,logs.
+if asked pg18; then run_stage pg18 stage_pg18; fi
+if asked pg17; then run_stage pg17 stage_pg17; fi
 run_stage logs stage_logs
 # Not part of the default run (it rebuilds and reruns tests once per fault).
 if [[ "$ONLY" == *",mutations,"* ]]; then

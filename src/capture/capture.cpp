@@ -47,6 +47,7 @@ PG_FUNCTION_INFO_V1(pgbus_stream_publish);
 PG_FUNCTION_INFO_V1(pgbus_stream_captured_id);
 PG_FUNCTION_INFO_V1(pgbus_stream_draw_id);
 }
+#include "pg/compat.hpp"
 
 namespace pgbs::capture {
 
@@ -114,7 +115,7 @@ TxState tx;
 // SELECT that INSERT ... RETURNING would.
 int64 last_captured_id = 0;
 
-shmem::BackendSlot *my_slot() { return &shmem::shared()->slots[MyProc->pgprocno]; }
+shmem::BackendSlot *my_slot() { return &shmem::shared()->slots[pg::my_proc_number()]; }
 
 TxStream *find_tx_stream(int64 stream_id) {
   for (int i = 0; i < tx.nstreams; i++)
@@ -149,8 +150,8 @@ TxStream *register_stream(int64 stream_id, bool applied = false) {
   shmem::BackendSlot *slot = my_slot();
   slot->dboid = MyDatabaseId;
   if (!tx.registered) // full barrier: the bit is visible before any entry
-    pg_atomic_fetch_or_u64(&shmem::shared()->active_slots[MyProc->pgprocno / 64],
-                           UINT64CONST(1) << (MyProc->pgprocno % 64));
+    pg_atomic_fetch_or_u64(&shmem::shared()->active_slots[pg::my_proc_number() / 64],
+                           UINT64CONST(1) << (pg::my_proc_number() % 64));
   int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
   const int64 now_us = applied ? (int64)GetCurrentTimestamp() : 0;
   if (applied) {
@@ -265,8 +266,8 @@ void clear_slot() {
   pg_atomic_write_u32(&slot->count, 0);
   pg_atomic_write_u32(&slot->wildcard, 0);
   pg_memory_barrier();
-  pg_atomic_fetch_and_u64(&shmem::shared()->active_slots[MyProc->pgprocno / 64],
-                          ~(UINT64CONST(1) << (MyProc->pgprocno % 64)));
+  pg_atomic_fetch_and_u64(&shmem::shared()->active_slots[pg::my_proc_number() / 64],
+                          ~(UINT64CONST(1) << (pg::my_proc_number() % 64)));
 }
 
 // Gives back the stream entries this transaction held (after its commit was
@@ -579,7 +580,7 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
   static LocalTransactionId warned = InvalidLocalTransactionId;
   TxStream *ts = register_stream(stream_id, true);
   if (msg_id <= ts->late_floor) {
-    if (warned != MyProc->lxid)
+    if (warned != pg::my_local_xid())
       ereport(WARNING,
               (errmsg("pgbus_stream: replicated msg_id " INT64_FORMAT " is not above " INT64_FORMAT
                       ", what cursors of this stream may already cover: its subscribers here "
@@ -587,7 +588,7 @@ void collect_applied(int64_t stream_id, int64_t msg_id, uintptr_t message) {
                       msg_id, ts->late_floor),
                errhint("On the publisher, ids of this queue were committed out of order, further "
                        "apart than pgbus_stream.logical_hold.")));
-    warned = MyProc->lxid;
+    warned = pg::my_local_xid();
     collect(ts, msg_id, nullptr, 0, 0, 0, false, 0, true);
     return;
   }

@@ -21,6 +21,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "utils/memutils.h"
 }
+#include "pg/compat.hpp"
 
 namespace pgbs::wal {
 namespace {
@@ -437,8 +438,8 @@ void finish_commit() {
   // one was written: without a nudge this record would wait for the next
   // commit or the WAL writer's next round before a standby sees it.
   XLogSetAsyncXactLSN(end);
-  if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF && ProcGlobal->walwriterLatch)
-    SetLatch(ProcGlobal->walwriterLatch);
+  if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+    pg::wake_wal_writer();
 }
 
 void reset() {

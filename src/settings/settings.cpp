@@ -106,7 +106,9 @@ const config_enum_entry shutdown_options[] = {{"drain", (int)ShutdownPolicy::Dra
                                               {nullptr, 0, false}};
 
 // Credentials of private streams and the operators' token: superuser-only and hidden.
-constexpr int kSecret = GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL;
+// PostgreSQL 16+ with assertions requires a hidden setting to be left out of
+// the sample file as well.
+constexpr int kSecret = GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE;
 
 } // namespace
 

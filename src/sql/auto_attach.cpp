@@ -5,6 +5,7 @@
 #include "settings/settings.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/shared.hpp"
+#include "pg/compat.hpp"
 
 extern "C" {
 #include "postgres.h"

@@ -20,6 +20,7 @@ extern "C" {
 
 PG_FUNCTION_INFO_V1(pgbus_stream_presence);
 }
+#include "pg/compat.hpp"
 
 namespace {
 
@@ -46,7 +47,7 @@ bool may_see_private() {
   if (OidIsValid(monitor) && has_privs_of_role(me, monitor))
     return true;
   const Oid ext = get_extension_oid("pgbus_stream", true);
-  return OidIsValid(ext) && pg_extension_ownercheck(ext, me);
+  return OidIsValid(ext) && pgbs::pg::owns_extension(ext, me);
 }
 
 } // namespace

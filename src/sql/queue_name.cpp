@@ -16,6 +16,7 @@ PG_FUNCTION_INFO_V1(pgbus_stream_echo);
 
 #include "pg/echo.hpp"
 #include "pg/guard.hpp"
+#include "pg/compat.hpp"
 
 namespace {
 

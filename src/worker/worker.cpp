@@ -6,6 +6,7 @@
 #include "http/server.hpp"
 #include "http/status_page.hpp"
 #include "pg/guard.hpp"
+#include "pg/compat.hpp"
 #include "pg/spi.hpp"
 #include "settings/configs.hpp"
 #include "shmem/shared.hpp"
@@ -324,7 +325,7 @@ int run() {
   WaitEventSet *wes = nullptr;
   int fd = listening ? server.poll_fd() : -1;
   pg::call([&] {
-    wes = CreateWaitEventSet(TopMemoryContext, 4);
+    wes = pg::create_session_wait_event_set(4);
     AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
     AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
     if (listening)

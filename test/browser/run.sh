@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real-browser tests for pgbus_stream (issue 7): headless Debian Chromium
-# driven by playwright-core, against a throwaway PostgreSQL 15 cluster with the
+# driven by playwright-core, against a throwaway PostgreSQL cluster (PG_CONFIG's) with the
 # installed extension. Installs what is missing (chromium from apt, npm deps),
 # starts the cluster and runs tests/*.js; screenshots go to output/.
 #
@@ -38,11 +38,14 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   say "installing nginx (Debian package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
 fi
-command -v node >/dev/null && command -v npm >/dev/null || {
+NODE_MODULES_OK=0
+[ -f "$HERE/node_modules/playwright-core/package.json" ] && [ -f "$HERE/node_modules/@hotwired/turbo/package.json" ] && NODE_MODULES_OK=1
+# npm only to fetch node_modules (a copy of the tree may bring them along).
+command -v node >/dev/null && { [ $NODE_MODULES_OK = 1 ] || command -v npm >/dev/null; } || {
   [ $IS_ROOT = 1 ] || die "node and npm are needed"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 }
-if [ ! -f "$HERE/node_modules/playwright-core/package.json" ] || [ ! -f "$HERE/node_modules/@hotwired/turbo/package.json" ]; then
+if [ $NODE_MODULES_OK = 0 ]; then
   say "installing npm dependencies (npm ci)"
   (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -8,7 +8,7 @@
 #      stage's objects are touched); its build-time check runs the regression
 #      suite on a throw-away cluster (pg_virtualenv)
 #   2. lintian: errors fail
-#   3. dpkg -i of postgresql-15-pgbus-stream_<version>_<arch>.deb, after
+#   3. dpkg -i of postgresql-N-pgbus-stream_<version>_<arch>.deb, after
 #      saving the files of an earlier make install it replaces
 #   4. a server of Debian's PostgreSQL preloading the installed library, and
 #      plain make installcheck against it; 0.1.0 -> <version> on the
@@ -27,7 +27,11 @@
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PG_MAJOR=15
+# The major tested: PG_CONFIG's (Debian's 15 by default); the build makes a
+# package for every major of debian/pgversions whose server headers are
+# installed (pg_buildext with PG_SUPPORTED_VERSIONS=installed).
+PG_MAJOR=$("${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+PG_MAJOR=${PG_MAJOR:-15}
 PGC=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
 DIR=${PGBUS_PACKAGE_DIR:-/tmp/pgbus_stream_package}
 TEST_USER=${PGBUS_TEST_USER:-pgbus}
@@ -63,7 +67,9 @@ build() {
 		tar -C "$REPO" --exclude-vcs --exclude='*.o' --exclude='*.so' --exclude='.deps' \
 			--exclude='tmp_check*' --exclude='build' --exclude='node_modules' -cf - . | tar -xf - -C "$DIR/src"
 	fi || return 1
-	echo "building $deb" >&2
+	# debian/control lists a package per major: those installed here.
+	(cd "$DIR/src" && PG_SUPPORTED_VERSIONS=installed pg_buildext updatecontrol) >&2 || return 1
+	echo "building $deb ($(sed -n 's/^Package: //p' "$DIR/src/debian/control" | tr '\n' ' '))" >&2
 	if ! (cd "$DIR/src" && dpkg-buildpackage -b -uc -us) >"$DIR/log/build.txt" 2>&1 || [ ! -f "$deb" ]; then
 		echo "dpkg-buildpackage failed; last lines of $DIR/log/build.txt:" >&2
 		tail -n 60 "$DIR/log/build.txt" >&2

@@ -692,21 +692,29 @@ note('F. malformed requests');
 		[ 'header without a colon', "GET /streams/chat HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", qr/^400$/ ],
 		[ 'GET with a chunked body', "GET /streams/chat HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", qr/^400$/ ],
 		[ 'GET with a huge Content-Length', "GET /streams/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", qr/^4\d\d$/ ],
-		[ 'binary junk', join('', map { chr(($_ * 37) % 256) } 0 .. 4095) . "\r\n\r\n", qr/^400$/ ],
+		# libmicrohttpd 0.9 answers 400; 1.0 (Debian trixie's) closes unanswered.
+		[ 'binary junk', join('', map { chr(($_ * 37) % 256) } 0 .. 4095) . "\r\n\r\n", qr/^(?:400|0)$/ ],
 		# RFC 9112 2.2: a recipient may take a bare LF as a line end; libmicrohttpd does.
 		[ 'bare LF line ends', "GET /streams/chat HTTP/1.1\nHost: x\n\n", qr/^200$/, 'since_id=' ],
-		# obs-fold: libmicrohttpd drops the folded header, so the stream starts
-		# "now", not after msg_id 1 (checked below: the preamble's since_id).
-		[ 'Last-Event-ID with CR LF inside', get_request('/streams/chat', "Last-Event-ID: 1\r\n id: 5"), qr/^200$/, 'since_id=' ],
+		# obs-fold: libmicrohttpd 0.9 drops the folded header, so the stream
+		# starts "now", not after msg_id 1 (checked below: the preamble's
+		# since_id); 1.0 joins the lines, and the joined value is refused as
+		# a cursor (400).
+		[ 'Last-Event-ID with CR LF inside', get_request('/streams/chat', "Last-Event-ID: 1\r\n id: 5"), qr/^(?:200|400)$/, 'since_id=', qr/invalid cursor/ ],
 		# a public stream ignores Authorization
 		[ 'Authorization junk', get_request('/streams/chat', 'Authorization: Bearer ' . ('\x01' x 100)), qr/^200$/, 'since_id=' ],
 	);
 	my ($pos) = $pg->safe_psql('postgres', q{SELECT newest_id FROM pgbus_stream.stats() WHERE stream = 'chat'});
 	for my $case (@cases)
 	{
-		my ($label, $req, $want, $stream) = @$case;
+		my ($label, $req, $want, $stream, $refusal) = @$case;
 		my $r = raw_request($req, 5);
 		like($r->{status}, $want, "$label: $r->{status}") or diag(describe($r));
+		if ($refusal && $r->{status} == 400)
+		{
+			like($r->{body}, $refusal, "$label: refused as such");
+			next;
+		}
 		next unless $stream;
 		# A stream answered 200: its preamble starts from now (the newest id), so
 		# nothing in the request was taken for a cursor. Read until it arrives.
