@@ -130,7 +130,7 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     bool failed = false;
     wanted = {signed_target(who.signed_name, &failed)};
     if (failed)
-      return reject(503, "stream unavailable: cannot read the catalog, retry\n");
+      return retry_later("stream unavailable: cannot read the catalog, retry\n");
     if (wanted[0].empty())
       return reject(404, "unknown stream: no stream is the gem's queue for this signed name\n");
   }
