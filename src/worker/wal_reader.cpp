@@ -184,7 +184,9 @@ Stop read_records(XLogRecPtr stop_at, bool to_ring) {
     XLogReaderState *xr = rd.xr;
     uint64 bytes = 0;
     if (!rd.positioned) {
-      if (rd.find) { // a redo point: the first record at or after it
+      // A redo point, or a position at a page boundary (a record that ended
+      // there): the first record at or after it.
+      if (rd.find || !XRecOffIsValid(rd.next)) {
         rd.page.end_of_wal = false;
         const XLogRecPtr first = XLogFindNextRecord(xr, rd.next);
         if (XLogRecPtrIsInvalid(first)) {
