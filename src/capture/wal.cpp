@@ -43,14 +43,10 @@ struct MsgHdr {
   uint8 pad[6];
 };
 
-// LogLogicalMessage() took a fourth `flush` argument in PostgreSQL 17; none
-// of these messages asks for a flush of its own (the commit's nudge below).
+// One message with this extension's prefix (the version difference of
+// LogLogicalMessage lives in pg/compat.hpp); the commit's nudge below flushes.
 inline XLogRecPtr log_message(const char *body, size_t len, bool transactional) {
-#if PG_VERSION_NUM >= 170000
-  return LogLogicalMessage(kPrefix, body, len, transactional, false);
-#else
-  return LogLogicalMessage(kPrefix, body, len, transactional);
-#endif
+  return pg::log_logical_message(kPrefix, body, len, transactional);
 }
 
 // COMMIT flags.

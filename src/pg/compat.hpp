@@ -12,6 +12,7 @@ extern "C" {
 #include "postgres.h"
 #include "catalog/pg_extension.h"
 #include "miscadmin.h"
+#include "replication/message.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
@@ -28,6 +29,17 @@ extern "C" {
 #endif
 
 namespace pgbs::pg {
+
+// Writes a logical message (replayed as a no-op by every server). 17 added
+// the `flush` argument; none of these messages asks for a flush of its own.
+inline XLogRecPtr log_logical_message(const char *prefix, const char *body, size_t len,
+                                      bool transactional) {
+#if PG_VERSION_NUM >= 170000
+  return LogLogicalMessage(prefix, body, len, transactional, false);
+#else
+  return LogLogicalMessage(prefix, body, len, transactional);
+#endif
+}
 
 // This backend's index in the PGPROC array (ProcGlobal->allProcs), which the
 // shared per-backend slots are indexed by: PGPROC.pgprocno up to 16, the
