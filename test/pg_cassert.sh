@@ -13,8 +13,9 @@
 # else from Debian sid, through a private apt configuration next to the
 # cache (…-apt): the machine's apt sources are not touched for that. Built from the upstream
 # sources of the package (Debian's patches left out): the server, its client
-# programs and libraries, pg_regress, headers, PGXS and the TAP modules; no
-# contrib, no extra libraries (ICU, readline, zlib, LLVM).
+# programs and libraries, pg_regress, headers, PGXS, the TAP modules and the
+# contrib modules the tests use ($CONTRIB below); no other contrib, no extra
+# libraries (ICU, readline, zlib, LLVM).
 # Progress goes to stderr; stdout carries only the pg_config path.
 set -euo pipefail
 
@@ -36,14 +37,30 @@ STAMP=$PREFIX/.complete
 # What the cache was built with: another set of options means another build.
 OPTIONS="--enable-cassert --enable-debug --enable-tap-tests --without-icu --without-readline --without-zlib --without-llvm"
 CFLAGS_BUILD='-O1 -g'
+# The contrib modules the tests use (Debian's server packages ship them all).
+CONTRIB="pg_surgery"
 
 say() { echo "pg_cassert: $*" >&2; }
 
 if [ -f "$STAMP" ] && [ -x "$PREFIX/bin/pg_config" ] &&
 	[ "$(sed -n 2p "$STAMP")" = "$OPTIONS CFLAGS=$CFLAGS_BUILD" ]; then
-	say "reusing $PREFIX ($(head -n 1 "$STAMP"))"
-	echo "$PREFIX/bin/pg_config"
-	exit 0
+	missing=""
+	for m in $CONTRIB; do
+		[ -f "$PREFIX/share/postgresql/extension/$m.control" ] || missing="$missing $m"
+	done
+	TREE=$(find "$SRC" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-*' 2>/dev/null | head -n 1)
+	for m in $missing; do
+		# A cache from before the module was on the list: add it from the
+		# build tree when that is still there, else build everything again.
+		[ -n "$TREE" ] && [ -d "$TREE/contrib/$m" ] || { missing=rebuild; break; }
+		say "adding contrib/$m to $PREFIX"
+		make -C "$TREE/contrib/$m" -s install >>"$SRC/install.log" 2>&1 || { missing=rebuild; break; }
+	done
+	if [ "$missing" != rebuild ]; then
+		say "reusing $PREFIX ($(head -n 1 "$STAMP"))"
+		echo "$PREFIX/bin/pg_config"
+		exit 0
+	fi
 fi
 
 # Debian's source package: needs a deb-src entry for the running suites.
@@ -105,6 +122,9 @@ cd "$TREE"
 say "building with -j$JOBS (several minutes)"
 make -j"$JOBS" -s >"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
 make -C src/test/regress -j"$JOBS" -s >>"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
+for m in $CONTRIB; do
+	make -C "contrib/$m" -j"$JOBS" -s >>"$SRC/build.log" 2>&1 || { tail -n 40 "$SRC/build.log" >&2; exit 1; }
+done
 # Everything must land under the prefix, never over another installation:
 # these are the directories make install writes to.
 if grep '^#define' src/port/pg_config_paths.h | grep -v "\"$PREFIX/" >&2; then
@@ -113,6 +133,9 @@ if grep '^#define' src/port/pg_config_paths.h | grep -v "\"$PREFIX/" >&2; then
 fi
 rm -rf "$PREFIX"
 make -s install >>"$SRC/install.log" 2>&1 || { tail -n 40 "$SRC/install.log" >&2; exit 1; }
+for m in $CONTRIB; do
+	make -C "contrib/$m" -s install >>"$SRC/install.log" 2>&1 || { tail -n 40 "$SRC/install.log" >&2; exit 1; }
+done
 printf '%s %s\n%s\n' "$VERSION" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$OPTIONS CFLAGS=$CFLAGS_BUILD" >"$STAMP"
 say "installed $VERSION into $PREFIX"
 echo "$PREFIX/bin/pg_config"
