@@ -45,11 +45,12 @@
 #             a process killed by a signal, a worker exit while the server was
 #             not stopping, or a FATAL line of the extension fails, except kills
 #             and exits a test announced (<log>.expected_signals)
-#   mutations test/mutations/run.sh (only when asked: --only mutations): plants
-#             each fault of test/mutations/faults.txt, runs the test that must
-#             kill it, fails if any survives. MUTATIONS_ROTATION=N plants only
-#             the faults whose place in the list is the day number (UTC days
-#             since 1970) modulo N, so N consecutive days plant them all (CI)
+#   mutations test/mutations/run.sh: plants each fault of
+#             test/mutations/faults.txt, runs the test that must kill it, fails
+#             if any survives. MUTATIONS_ROTATION=N plants only the faults whose
+#             place in the list is the day number (UTC days since 1970) modulo
+#             N, so N consecutive days plant them all. The default run (no
+#             --only) uses N=3; --only mutations plants every fault.
 #
 # A stage that cannot run (returns 77: something it needs is missing) counts
 # as a failure.
@@ -589,10 +590,12 @@ run_stage cassert stage_cassert
 if asked pg18; then run_stage pg18 stage_pg18; fi
 if asked pg17; then run_stage pg17 stage_pg17; fi
 run_stage logs stage_logs
-# Not part of the default run (it rebuilds and reruns tests once per fault).
-if [[ "$ONLY" == *",mutations,"* ]]; then
-	run_stage mutations stage_mutations
+# The default run plants a rotating third of the faults (every fault within
+# three days of CI runs); --only mutations plants them all.
+if [ -z "$ONLY" ] && [ -z "${MUTATIONS_ROTATION:-}" ]; then
+	MUTATIONS_ROTATION=3
 fi
+run_stage mutations stage_mutations
 
 END=$(now)
 log "summary"
