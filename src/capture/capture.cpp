@@ -110,6 +110,19 @@ struct TxState {
 };
 
 TxState tx;
+
+// Ids of this transaction's rows whose savepoint rolled back: written to the
+// ring as Aborted records with the commit (or the abort), so that workers
+// know them gone at once (docs/ARCHITECTURE.md, "The horizon"). A fixed
+// array: a subtransaction's abort allocates nothing. Past it, ids are not
+// recorded and stay holes until the horizon passes them.
+constexpr int kMaxAbortedIds = 512;
+struct AbortedId {
+  int64 stream_id;
+  int64 msg_id;
+};
+AbortedId aborted_ids[kMaxAbortedIds];
+int naborted = 0;
 // Highest msg_id the last AFTER trigger call collected in this backend (0:
 // none): broadcast() returns it, so publishing needs INSERT only, not the
 // SELECT that INSERT ... RETURNING would.
@@ -286,6 +299,7 @@ void reset_tx() {
   tx.inline_full = false;
   tx.inline_bytes = 0;
   tx.nrows = 0;
+  naborted = 0;
   if (tx.cap > 4096) { // do not keep a large buffer between transactions
     pfree(tx.rows);
     tx.rows = nullptr;
@@ -361,6 +375,126 @@ void log_commit(bool fits) {
   wal::finish_commit();
 }
 
+// Whether a row's id may be announced as rolled back: not one logical
+// replication applied (the apply worker retries a failed transaction with the
+// publisher's ids).
+bool abort_recordable(int64 stream_id, bool late) {
+  if (late)
+    return false;
+  const TxStream *ts = find_tx_stream(stream_id);
+  return ts != nullptr && !ts->applied;
+}
+
+int compare_aborted(const void *a, const void *b) {
+  const AbortedId *x = (const AbortedId *)a, *y = (const AbortedId *)b;
+  if (x->stream_id != y->stream_id)
+    return x->stream_id < y->stream_id ? -1 : 1;
+  return x->msg_id < y->msg_id ? -1 : x->msg_id > y->msg_id ? 1 : 0;
+}
+
+int compare_rows(const void *a, const void *b) {
+  const PendingRow *x = (const PendingRow *)a, *y = (const PendingRow *)b;
+  if (x->stream_id != y->stream_id)
+    return x->stream_id < y->stream_id ? -1 : 1;
+  return x->msg_id < y->msg_id ? -1 : x->msg_id > y->msg_id ? 1 : 0;
+}
+
+// Writes one Aborted ring record per run of consecutive ids in ids[0, n)
+// (sorted by stream, then id; at(i, &stream, &id) is false for an id not to
+// announce). Nothing is written when the runs need more than an eighth of the
+// ring: those ids stay holes until the horizon passes them. Nothing here may
+// fail or allocate. Returns whether anything was written.
+template <typename At> bool write_aborted(int64 n, At at) {
+  shmem::Shared *s = shmem::shared();
+  const Size one = ring::record_size(0, 0, 0);
+  for (int pass = 0; pass < 2; pass++) {
+    Size need = 0;
+    uint64 head = 0;
+    ring::Header h;
+    memset(&h, 0, sizeof(h));
+    h.len = (uint32)one;
+    h.kind = ring::Kind::Aborted;
+    h.dboid = MyDatabaseId;
+    h.commit_us = (int64)GetCurrentTimestamp();
+    if (pass == 1) {
+      LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
+      head = pg_atomic_read_u64(&s->ring_head);
+    }
+    int64 stream = 0, lo = 0, hi = 0;
+    bool open = false;
+    auto flush = [&]() {
+      if (!open)
+        return;
+      need += one;
+      if (pass == 1) {
+        h.stream_id = stream;
+        h.msg_id = lo;
+        h.exclude = (uint64)hi;
+        ring::write_record(s->ring, s->ring_capacity, head, h, nullptr);
+        head += one;
+      }
+      open = false;
+    };
+    for (int64 i = 0; i < n; i++) {
+      int64 sid, id;
+      if (!at(i, &sid, &id))
+        continue;
+      if (open && sid == stream && id >= lo && id <= hi + 1) {
+        hi = Max(hi, id);
+        continue;
+      }
+      flush();
+      stream = sid;
+      lo = hi = id;
+      open = true;
+    }
+    flush();
+    if (pass == 0 && (need == 0 || need > s->ring_capacity / 8))
+      return false;
+    if (pass == 1) {
+      pg_atomic_write_u64(&s->ring_head, head);
+      LWLockRelease(s->ring_lock);
+    }
+  }
+  return true;
+}
+
+// The ids of savepoints that rolled back (aborted_ids).
+bool write_aborted_savepoints() {
+  qsort(aborted_ids, naborted, sizeof(AbortedId), compare_aborted);
+  return write_aborted(naborted, [](int64 i, int64 *sid, int64 *id) {
+    *sid = aborted_ids[i].stream_id;
+    *id = aborted_ids[i].msg_id;
+    return true;
+  });
+}
+
+// Runs at XACT_EVENT_ABORT of a transaction that published floors: its rows
+// will never be visible. Their ids go into the ring as Aborted records, and
+// the committed maximum of each stream rises to the highest of them (an id
+// tokens may cover is never inserted again: an explicit one is refused).
+// Nothing here may fail or allocate.
+void publish_abort() {
+  bool any = false;
+  if (tx.nrows > 0) {
+    qsort(tx.rows, tx.nrows, sizeof(PendingRow), compare_rows);
+    any = write_aborted(tx.nrows, [](int64 i, int64 *sid, int64 *id) {
+      *sid = tx.rows[i].stream_id;
+      *id = tx.rows[i].msg_id;
+      return abort_recordable(*sid, tx.rows[i].late);
+    });
+  }
+  if (naborted > 0)
+    any = write_aborted_savepoints() || any;
+  for (int i = 0; i < tx.nstreams; i++) {
+    TxStream *ts = &tx.streams[i];
+    if (ts->max_id > 0 && !ts->applied)
+      shmem::advance_max_committed(ts->entry, ts->max_id);
+  }
+  if (any)
+    wake_workers(false);
+}
+
 // Runs at XACT_EVENT_COMMIT: nothing here may fail.
 void publish_commit() {
   shmem::Shared *s = shmem::shared();
@@ -399,6 +533,8 @@ void publish_commit() {
     pg_atomic_write_u64(&s->ring_head, head);
     LWLockRelease(s->ring_lock);
   }
+  if (naborted > 0) // before the maxima, which cover these ids too
+    write_aborted_savepoints();
   for (int i = 0; i < tx.nstreams; i++) {
     TxStream *ts = &tx.streams[i];
     if (ts->max_id > 0)
@@ -430,6 +566,12 @@ void on_xact(XactEvent event, void *) {
     wal::reset();
     break;
   case XACT_EVENT_ABORT:
+    if (tx.registered)
+      publish_abort(); // before the slot is cleared: no horizon passes these ids first
+    clear_slot();
+    reset_tx();
+    wal::reset();
+    break;
   case XACT_EVENT_PREPARE:
     clear_slot();
     reset_tx();
@@ -445,9 +587,13 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     return;
   int level = GetCurrentTransactionNestLevel();
   if (event == SUBXACT_EVENT_ABORT_SUB) {
-    // Rows of the aborted subtransaction (and its children) sit at the tail.
-    while (tx.nrows > 0 && tx.rows[tx.nrows - 1].nest_level >= level)
-      tx.nrows--;
+    // Rows of the aborted subtransaction (and its children) sit at the tail;
+    // their ids are announced as rolled back with the transaction's end.
+    while (tx.nrows > 0 && tx.rows[tx.nrows - 1].nest_level >= level) {
+      const PendingRow *r = &tx.rows[--tx.nrows];
+      if (naborted < kMaxAbortedIds && abort_recordable(r->stream_id, r->late))
+        aborted_ids[naborted++] = {r->stream_id, r->msg_id};
+    }
   } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
     for (int64 i = tx.nrows - 1; i >= 0 && tx.rows[i].nest_level >= level; i--)
       tx.rows[i].nest_level = level - 1;

@@ -154,6 +154,27 @@ void StreamPosition::add(int64_t id) {
   }
 }
 
+void StreamPosition::add_range(int64_t lo, int64_t hi) {
+  if (hi <= horizon)
+    return;
+  lo = std::max(lo, horizon + 1); // horizon < hi, so no overflow
+  if (lo >= hi) {
+    add(hi);
+    return;
+  }
+  // The ranges that overlap [lo, hi] or touch it merge with it.
+  auto first = std::lower_bound(ranges_.begin(), ranges_.end(), lo,
+                                [](const Range &r, int64_t v) { return r.second < v - 1; });
+  auto last = first;
+  for (; last != ranges_.end() && last->first - 1 <= hi; ++last) {
+    lo = std::min(lo, last->first);
+    hi = std::max(hi, last->second);
+  }
+  first = ranges_.erase(first, last);
+  ranges_.insert(first, Range(lo, hi));
+  fold_into_horizon();
+}
+
 void StreamPosition::advance(int64_t h) {
   if (h <= horizon)
     return;

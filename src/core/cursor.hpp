@@ -39,7 +39,8 @@ public:
 
   bool covers(int64_t id) const; // id <= horizon or inside a range
   void add(int64_t id);          // marks id seen; merges ranges; folds into horizon when adjacent
-  void advance(int64_t h);       // raises the horizon to h (never lowers); drops/folds ranges <= h
+  void add_range(int64_t lo, int64_t hi); // marks every id of [lo, hi] seen (as add() each)
+  void advance(int64_t h); // raises the horizon to h (never lowers); drops/folds ranges <= h
   size_t range_count() const { return ranges_.size(); }
   int64_t highest() const; // highest covered id (horizon if no ranges)
   bool operator==(const StreamPosition &o) const;

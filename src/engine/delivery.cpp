@@ -308,8 +308,10 @@ bool Engine::page(Connection &c, size_t k) {
       return false; // the rest is read again when the queue drains
     }
     // Every visible id below this row has been sent; below the stream's
-    // horizon the ones not returned will never be visible, so the token folds them.
+    // horizon the ones not returned will never be visible, so the token folds
+    // them, and so do the ones rolled back above it.
     sub.pos.advance(std::min(r.msg_id - 1, st.pos.horizon));
+    cover_aborted(st, sub, sub.page_after, r.msg_id - 1);
     sub.page_after = r.msg_id; // demote() moves it back below r if r waits
     if (r.unreadable) {
       // A row the source cannot turn into a frame: skipped and announced.
@@ -320,7 +322,8 @@ bool Engine::page(Connection &c, size_t k) {
       }
       continue;
     }
-    if (!sub.pos.covers(r.msg_id) && !deliver(c, k, r, item.body ? item.body : Body{encode_body(r), nullptr})) {
+    if (!sub.pos.covers(r.msg_id) &&
+        !deliver(c, k, r, item.body ? item.body : Body{encode_body(r), nullptr})) {
       flush_stats(st, 0);
       return false;
     }
@@ -331,6 +334,7 @@ bool Engine::page(Connection &c, size_t k) {
   // Caught up with everything visible: from here the live path feeds it.
   sub.paging = false;
   sub.pos.advance(st.pos.horizon);
+  cover_aborted(st, sub, sub.page_after, st.pos.highest());
   sub.synced = sub.pos == st.pos;
   set_wake(st, true); // live from here: producers wake the worker for it again
   return true;

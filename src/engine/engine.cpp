@@ -229,7 +229,7 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
   size_t end = begin, to_read = 0;
   for (; end < events.size(); end++) {
     const ring::Event &e = events[end];
-    if (e.has_payload)
+    if (e.has_payload || e.aborted)
       continue;
     const Stream *rs = stream_of(e.stream_id);
     if (rs == nullptr || rs->conns.empty())
@@ -270,10 +270,26 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
       }
       continue;
     }
+    if (e.aborted) {
+      flush_batch();
+      aborted(st, e.msg_id, e.aborted_to);
+      continue;
+    }
     if (e.late && st.pos.covers(e.msg_id)) {
       flush_batch();
       late(st, e.msg_id);
       continue;
+    }
+    if (!st.aborted.empty() && st.pos.covers(e.msg_id)) {
+      // An id rolled back earlier, committed after all (an explicit id
+      // inserted again by a transaction that published its floor before the
+      // rollback raised the committed maximum): tokens already cover it.
+      auto it = st.aborted.upper_bound(e.msg_id);
+      if (it != st.aborted.begin() && std::prev(it)->second >= e.msg_id) {
+        flush_batch();
+        late(st, e.msg_id);
+        continue;
+      }
     }
     if (e.has_payload) {
       if (e.ephemeral && e.ephemeral_seq > 0) {
@@ -431,7 +447,7 @@ void Engine::dispatch(Stream &st, const Row &row) {
   Body body{encode_body(row), nullptr};
   const bool one_line = st.one_line_conns > 0;
   if (one_line)
-    body.get(true); // once for every connection in the gem's framing (and the tail)
+    body.get(true);   // once for every connection in the gem's framing (and the tail)
   if (!row.ephemeral) // ephemeral ones are retained apart (retain_ephemeral)
     tail_add(st, row, body);
   // The whole frame for connections in step with the stream, when the
@@ -583,6 +599,49 @@ void Engine::ephemeral_lost(Stream &st, uint64_t lost) {
         notice(*c, k, "\"reason\":\"ephemeral-overrun\",\"lost\":" + std::to_string(lost));
 }
 
+// Ids a transaction inserted and rolled back (an Aborted ring record): they
+// will never become visible, so every position may cover them at once
+// instead of keeping them as holes until the horizon passes (which an open
+// transaction holds below its own ids for as long as it stays open). The
+// stream's position and every live subscription's cover them now; one that
+// pages covers them as it pages past (cover_aborted), so a rolled-back id
+// never lengthens a token. docs/ARCHITECTURE.md, "The horizon".
+void Engine::aborted(Stream &st, int64_t lo, int64_t hi) {
+  lo = std::max(lo, st.pos.horizon + 1);
+  if (lo > hi)
+    return;
+  st.pos.add_range(lo, hi);
+  st.token_stale = true;
+  int64_t &to = st.aborted[lo];
+  to = std::max(to, hi);
+  if (st.aborted.size() > kMaxAborted)
+    st.aborted.erase(st.aborted.begin()); // stays covered in pos; pages keep it as a hole
+  for (Connection *c : st.conns)
+    for (Sub &sub : c->subs) {
+      if (sub.st != &st || sub.synced)
+        continue;
+      if (sub.paging) { // what it paged past already; the rest as it pages
+        if (lo <= sub.page_after)
+          sub.pos.add_range(lo, std::min(hi, sub.page_after));
+        continue;
+      }
+      sub.pos.add_range(lo, hi);
+      if (sub.pos == st.pos)
+        sub.synced = true;
+    }
+}
+
+// Covers in sub's position the rolled-back ids of its stream in (after, upto].
+void Engine::cover_aborted(const Stream &st, Sub &sub, int64_t after, int64_t upto) {
+  if (st.aborted.empty() || upto <= after)
+    return;
+  auto it = st.aborted.upper_bound(after);
+  if (it != st.aborted.begin() && std::prev(it)->second > after)
+    --it; // a range that starts at or below `after` and reaches above it
+  for (; it != st.aborted.end() && it->first <= upto; ++it)
+    sub.pos.add_range(std::max(it->first, after + 1), std::min(it->second, upto));
+}
+
 void Engine::advance_horizons(const HorizonBounds &b) {
   if (b.frozen)
     return;
@@ -620,6 +679,8 @@ void Engine::advance_horizons(const HorizonBounds &b) {
       continue;
     st->pos.advance(h);
     st->token_stale = true;
+    while (!st->aborted.empty() && st->aborted.begin()->second <= h)
+      st->aborted.erase(st->aborted.begin());
     for (Connection *c : st->conns)
       for (Sub &sub : c->subs) {
         if (sub.st != st || sub.synced)
@@ -723,10 +784,9 @@ void Engine::tail_add(Stream &st, const Row &row, const Body &body) {
 // full round also when no row follows.
 void Engine::tail_trim(Stream &st) {
   auto &tail = st.tail;
-  while (!tail.empty() &&
-         (st.tail_bytes > cfg_.queue_max_bytes ||
-          (tail.size() > cfg_.memory_retention &&
-           now_us_ - tail.front().at_us >= cfg_.memory_retention_us))) {
+  while (!tail.empty() && (st.tail_bytes > cfg_.queue_max_bytes ||
+                           (tail.size() > cfg_.memory_retention &&
+                            now_us_ - tail.front().at_us >= cfg_.memory_retention_us))) {
     st.tail_bytes -= tail.front().body.bytes();
     st.tail_floor = std::max(st.tail_floor, tail.front().row.msg_id);
     tail.pop_front();

@@ -250,6 +250,8 @@ private:
   void remember_unread(Stream &st, int64_t id);
   void deleted(Stream &st, int64_t id, const char *reason = "deleted");
   void late(Stream &st, int64_t id);
+  void aborted(Stream &st, int64_t lo, int64_t hi);
+  void cover_aborted(const Stream &st, Sub &sub, int64_t after, int64_t upto);
   void ephemeral_lost(Stream &st, uint64_t lost);
   void advance_horizons(const HorizonBounds &b);
   void catch_up_all();
@@ -268,7 +270,8 @@ private:
   void flush_stats(Stream &st, int64_t commit_us);
   void end_stats_batch(); // records the run flush_stats gathered (stats_per_batch)
   void tail_add(Stream &st, const Row &row, const Body &body);
-  void tail_trim(Stream &st); // evicts what memory_retention(_time) and queue_max_bytes no longer hold
+  void
+  tail_trim(Stream &st); // evicts what memory_retention(_time) and queue_max_bytes no longer hold
   void retain_ephemeral(Stream &st, const Row &row);
   bool read_ok(bool ok);
   std::shared_ptr<const std::string> encode_body(const Row &row) const;

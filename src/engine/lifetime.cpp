@@ -80,6 +80,7 @@ void Engine::sleep(Stream &st) {
   last->awake_pos = st.awake_pos;
   awake_.pop_back();
   st.tail_drop(st.pos.highest());
+  st.aborted.clear();
   st.pos = cursor::StreamPosition();
   st.pos.epoch = st.info.id;
   st.token_stale = true;

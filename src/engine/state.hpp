@@ -43,6 +43,8 @@ struct Body {
   }
 };
 
+constexpr size_t kMaxAborted = 1024; // Stream::aborted ranges kept per stream
+
 struct Stream {
   StreamInfo info;
   // The observer's handle (a shared-memory entry) is held only while the
@@ -72,12 +74,12 @@ struct Stream {
     const std::shared_ptr<const std::string> &frame_of(bool one) const {
       return one ? frame1 : frame;
     }
-    cursor::StreamPosition before;            // pos before this row
-    StreamDelta others;                       // its figures from the connections not riding
+    cursor::StreamPosition before; // pos before this row
+    StreamDelta others;            // its figures from the connections not riding
   };
   std::vector<Batched> batch;
   size_t batch_bytes = 0;
-  size_t riders = 0; // connections riding the batch
+  size_t riders = 0;         // connections riding the batch
   size_t one_line_conns = 0; // connections here in the gem's framing (Connection::one_line)
   // On Engine::hot_: its horizon may move in the next round (rows came, a
   // floor holds it, a connection joined); the rounds between the full ones
@@ -127,6 +129,12 @@ struct Stream {
   // table (a read failed, or it missed them): a page that passes one the
   // table does not return announces it as deleted. Bounded (oldest dropped).
   std::set<int64_t> unread;
+  // Ids above the horizon that were inserted and rolled back (Aborted ring
+  // records), as ranges lo -> hi: pos covers them, and a subscription that
+  // pages past them covers them too, so a rollback is not a hole in its
+  // token. Bounded (kMaxAborted, lowest dropped: those stay holes until the
+  // horizon passes them); emptied below the horizon.
+  std::map<int64_t, int64_t> aborted;
   int64_t retry_at_us = 0; // a table read failed: none before this
   int64_t backoff_us = 0;
 

@@ -1,6 +1,7 @@
 // The commit ring's record format (see ring_record.hpp).
 #include "shmem/ring_record.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace pgbs::ring {
@@ -63,7 +64,7 @@ bool parse(const char *buf, size_t len, uint32_t dboid, std::vector<Event> *out,
     if (h.dboid != dboid)
       continue;
     if (h.kind != Kind::Row && h.kind != Kind::Inline && h.kind != Kind::RowInline &&
-        h.kind != Kind::Late)
+        h.kind != Kind::Late && h.kind != Kind::Aborted)
       continue;
     Event ev;
     ev.stream_id = h.stream_id;
@@ -71,6 +72,11 @@ bool parse(const char *buf, size_t len, uint32_t dboid, std::vector<Event> *out,
     ev.commit_us = h.commit_us;
     ev.exclude = h.exclude;
     ev.late = h.kind == Kind::Late;
+    if (h.kind == Kind::Aborted) {
+      ev.aborted = true;
+      ev.exclude = 0;
+      ev.aborted_to = std::max(h.msg_id, (int64_t)h.exclude);
+    }
     if (h.kind == Kind::Inline || h.kind == Kind::RowInline) {
       ev.has_payload = true;
       ev.ephemeral = h.kind == Kind::Inline;

@@ -18,7 +18,10 @@ namespace pgbs::ring {
 // RowInline: a table row whose payload was small enough to travel too.
 // Late: a table row logical replication applied at or below what cursors of
 // the stream may already cover (capture/applied.cpp); no payload.
-enum class Kind : uint32_t { Row = 1, Inline = 2, RowInline = 4, Late = 8 };
+// Aborted: ids msg_id .. exclude of a stream that a transaction (or one of
+// its savepoints) inserted and rolled back: they will never become visible
+// (docs/ARCHITECTURE.md, "The horizon"); no payload.
+enum class Kind : uint32_t { Row = 1, Inline = 2, RowInline = 4, Late = 8, Aborted = 16 };
 
 // One record. `len` is the whole record, 8-byte aligned; the payload (data,
 // event, visible_to, back to back) follows the header.
@@ -35,7 +38,7 @@ struct Header {
   // Inline records: the stream's ephemeral sequence number (1, 2, ...), so a
   // reader sees that ephemeral broadcasts were lost to a lap or an overrun.
   uint64_t ephemeral_seq;
-  uint64_t exclude; // the connection that must not get this event (0: none)
+  uint64_t exclude; // the connection that must not get this event (0: none); Aborted: last id
 };
 
 // Size of a record with this payload (header included, 8-byte aligned).
@@ -58,6 +61,8 @@ struct Event {
   bool has_payload = false; // data/event/visible_to below
   bool ephemeral = false;   // and no table row
   bool late = false;        // Kind::Late
+  bool aborted = false;     // Kind::Aborted: ids msg_id .. aborted_to never become visible
+  int64_t aborted_to = 0;
   uint64_t ephemeral_seq = 0;
   uint64_t exclude = 0; // the connection that must not get it (0: none)
   std::string data, event, visible_to;

@@ -134,8 +134,13 @@ void World::end_tx(bool commit) {
   }
   for (const Pending &p : tx.rows) {
     SimStream &s = streams[p.stream];
-    if (!commit) {
+    // A rollback (or, in a committing transaction, a savepoint's) is
+    // mostly announced in the ring; the committed maximum covers its ids.
+    if (!commit || ch.chance(5)) {
       s.aborted.insert(p.id);
+      s.max_committed = std::max(s.max_committed, p.id);
+      if (!tx.too_large && ch.chance(80))
+        ring_.push_back({p.stream, p.id, false, 0, true});
       continue;
     }
     uint64_t seq = 0;
@@ -194,7 +199,10 @@ void World::worker_round(bool full) {
     ev.stream_id = streams[e.stream].id;
     ev.msg_id = e.id;
     ev.commit_us = 1;
-    if (e.ephemeral) {
+    if (e.aborted) {
+      ev.aborted = true;
+      ev.aborted_to = e.id;
+    } else if (e.ephemeral) {
       ev.has_payload = ev.ephemeral = true;
       ev.ephemeral_seq = e.seq;
       ev.data = streams[e.stream].name + ":" + std::to_string(e.id) + "e";

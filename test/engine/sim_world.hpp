@@ -218,6 +218,7 @@ private:
     int64_t id;
     bool ephemeral;
     uint64_t seq;
+    bool aborted = false; // an Aborted record: the id was rolled back
   };
   void step();
   void begin_tx();

@@ -34,6 +34,7 @@ sub session_send
 	$s->{out} = '';
 	$s->{err} = '';
 	$s->{in} .= "$sql;\n\\echo $s->{mark}\n";
+	$s->{timer}->start(30);    # a session left idle longer than its last wait is still usable
 	$s->{h}->pump_nb;
 	return;
 }

@@ -120,6 +120,8 @@ ok((grep { $_ eq 'e3' } datas($c)) && (grep { $_ eq 'f4' } datas($c)), 'ephemera
 $c->close;
 
 # ---- hold back: too many ids above the horizon for a 255-byte token ----
+# The holes are ids drawn without an insert (nextval): rolled-back inserts
+# are announced in the ring and leave none (083_horizon_hold).
 $pg->create_stream('hold');
 $c = $pg->open_stream('hold');
 my $long = $pg->background_psql('postgres');
@@ -128,7 +130,7 @@ my $many = '';
 for my $i (1 .. 100)
 {
 	$many .= "SELECT pgbus_stream.broadcast('hold', 'kept $i');\n";
-	$many .= "BEGIN; SELECT pgbus_stream.broadcast('hold', 'rolled $i'); ROLLBACK;\n";
+	$many .= "SELECT nextval(pg_get_serial_sequence('pgbus_stream.q_pgbus_hold', 'msg_id'));\n";
 }
 $pg->safe_psql('postgres', $many);
 $c->poll(2);
@@ -141,7 +143,6 @@ ok($c->wait_for_data_events(101, 15), 'hold: the rest arrives when the horizon m
 $c->poll(0.5);
 my @all = map { $_->{data} } $c->data_events;
 is(scalar @all, 101, 'hold: every committed message exactly once');
-is(scalar(grep { /rolled/ } @all), 0, 'hold: no rolled-back message');
 ok(!(grep { length($_->{id}) > 255 } $c->data_events), 'hold: still no token over 255 bytes');
 my $held = $pg->safe_psql('postgres', 'SELECT sum(held_back) FROM pgbus_stream.workers()');
 cmp_ok($held, '>', 0, "hold: counted in workers() ($held)");

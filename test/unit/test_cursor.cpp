@@ -366,6 +366,28 @@ TEST(StreamPosition, Advance) {
   EXPECT_EQ(p.highest(), 100);
 }
 
+TEST(StreamPosition, AddRange) {
+  StreamPosition p = must_parse_stream("10_12-15.20.30-31");
+  p.add_range(5, 9); // below the horizon: nothing
+  EXPECT_EQ(encoded(p), "10_12-15.20.30-31");
+  p.add_range(17, 18); // between ranges, touching neither
+  EXPECT_EQ(encoded(p), "10_12-15.17-18.20.30-31");
+  p.add_range(16, 19); // joins 12-15, 17-18 and 20
+  EXPECT_EQ(encoded(p), "10_12-20.30-31");
+  p.add_range(8, 11); // folds into the horizon, which then reaches 20
+  EXPECT_EQ(encoded(p), "20_30-31");
+  p.add_range(25, 40); // covers 30-31
+  EXPECT_EQ(encoded(p), "20_25-40");
+  p.add_range(41, 41); // one id, adjacent
+  EXPECT_EQ(encoded(p), "20_25-41");
+  p.add_range(21, 24);
+  EXPECT_EQ(encoded(p), "41");
+  p.add_range(kMax - 1, kMax);
+  EXPECT_EQ(p.ranges(), (Ranges{{kMax - 1, kMax}}));
+  p.add_range(50, 40); // empty
+  EXPECT_EQ(p.ranges(), (Ranges{{kMax - 1, kMax}}));
+}
+
 TEST(StreamPosition, NearInt64Max) {
   StreamPosition p;
   p.horizon = kMax - 3;
