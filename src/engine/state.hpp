@@ -43,6 +43,13 @@ struct Body {
   }
 };
 
+// A row with its encoded body (a stream's tail, a page of a paging subscription).
+struct TailRow {
+  Row row; // data cleared when the body carries it
+  Body body;
+  int64_t at_us = 0; // when it was dispatched (memory_retention_time)
+};
+
 struct Stream {
   StreamInfo info;
   // The observer's handle (a shared-memory entry) is held only while the
@@ -72,12 +79,12 @@ struct Stream {
     const std::shared_ptr<const std::string> &frame_of(bool one) const {
       return one ? frame1 : frame;
     }
-    cursor::StreamPosition before;            // pos before this row
-    StreamDelta others;                       // its figures from the connections not riding
+    cursor::StreamPosition before; // pos before this row
+    StreamDelta others;            // its figures from the connections not riding
   };
   std::vector<Batched> batch;
   size_t batch_bytes = 0;
-  size_t riders = 0; // connections riding the batch
+  size_t riders = 0;         // connections riding the batch
   size_t one_line_conns = 0; // connections here in the gem's framing (Connection::one_line)
   // On Engine::hot_: its horizon may move in the next round (rows came, a
   // floor holds it, a connection joined); the rounds between the full ones
@@ -102,11 +109,7 @@ struct Stream {
   // their encoded bodies: memory_retention rows, or more while they are
   // younger than memory_retention_time, never above queue_max_bytes.
   // Every row with an id above tail_floor that this process dispatched is here.
-  struct TailRow {
-    Row row; // data cleared: the body carries it
-    Body body;
-    int64_t at_us = 0; // when it was dispatched (memory_retention_time)
-  };
+  using TailRow = engine::TailRow;
   // In id order, so the common case (ids dispatched in ascending order)
   // appends and evicts at the ends: no tree node per row (the deque
   // allocates a block per three rows) and no tree walks.
@@ -161,6 +164,15 @@ struct Sub {
   int64_t page_after = 0;        // paging reads ids above this
   int64_t held_at_horizon = -1;  // held back at this stream horizon (-1: not held)
   int64_t ephemeral_noticed = 0; // evicted ephemeral ids up to here were announced
+  // Rows a page took (from the table or the tail) that the connection's
+  // queue had no room for yet: the next page starts with them instead of
+  // reading them again, while the subscription still pages from
+  // carry_after (a row below it that waited moves page_after back: the
+  // carry is dropped then). About one row: a read takes what the queue has
+  // room for (Engine::page).
+  std::vector<Stream::TailRow> carry;
+  int64_t carry_after = -1;
+  bool carry_last = false; // the page it came from was the last one
   const cursor::StreamPosition &position() const { return synced ? st->pos : pos; }
 };
 
