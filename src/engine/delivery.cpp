@@ -207,9 +207,8 @@ bool Engine::deliver(Connection &c, size_t k, const Row &row, const Body &encode
 // One page of a paging subscription, from the tail above its floor (every
 // row this process dispatched is there) or else from the table. A page takes
 // about as many payload bytes as the connection's queue has room for (within
-// replay_page_bytes, one row at least), and what it took that did not fit
-// waits in the subscription's carry: no row is read twice for a connection,
-// so a catch-up costs in proportion to the bytes it sends.
+// replay_page_bytes, one row at least): only the row that crossed the room
+// is read again, so a catch-up costs in proportion to the bytes it sends.
 bool Engine::page(Connection &c, size_t k) {
   Sub &sub = c.subs[k];
   Stream &st = *sub.st;
@@ -217,21 +216,14 @@ bool Engine::page(Connection &c, size_t k) {
     return false; // ephemeral broadcasts may be lost: known after the next drain, announced first
   std::vector<Stream::TailRow> items;
   bool last_page = false;
-  if (!sub.carry.empty() && sub.carry_after == sub.page_after) {
-    items.swap(sub.carry);
-    last_page = sub.carry_last;
-  } else {
-    sub.carry.clear();
-    if (!take_page(c, k, &items, &last_page))
-      return false;
-  }
+  if (!take_page(c, k, &items, &last_page))
+    return false;
   for (size_t i = 0; i < items.size(); ++i) {
     const Row &r = items[i].row;
     const Body &body = items[i].body;
     if (!room(c, (body ? body.lines->size() : r.data.size() + 64) + kIdLine)) {
-      carry(sub, items, i, last_page);
       flush_stats(st, 0);
-      return false; // the rest waits in the carry until the queue drains
+      return false; // the rest (about one row: the page took what had room) is read again
     }
     // Every visible id below this row has been sent; below the stream's
     // horizon the ones not returned will never be visible, so the token folds them.
@@ -248,7 +240,6 @@ bool Engine::page(Connection &c, size_t k) {
     }
     if (!sub.pos.covers(r.msg_id) &&
         !deliver(c, k, r, body ? body : Body{encode_body(r), nullptr})) {
-      carry(sub, items, i, last_page); // r waits (page_after is below it now) or is held
       flush_stats(st, 0);
       return false;
     }
@@ -262,13 +253,6 @@ bool Engine::page(Connection &c, size_t k) {
   sub.synced = sub.pos == st.pos;
   set_wake(st, true); // live from here: producers wake the worker for it again
   return true;
-}
-
-void Engine::carry(Sub &sub, std::vector<Stream::TailRow> &items, size_t from, bool last_page) {
-  items.erase(items.begin(), items.begin() + (std::ptrdiff_t)from);
-  sub.carry.swap(items);
-  sub.carry_after = sub.page_after;
-  sub.carry_last = last_page;
 }
 
 // Reads the next page's rows into *items (tail or table, ephemeral

@@ -264,7 +264,6 @@ private:
                const std::shared_ptr<const std::string> *shared_frame = nullptr);
   bool page(Connection &c, size_t sub);
   bool take_page(Connection &c, size_t sub, std::vector<TailRow> *items, bool *last);
-  void carry(Sub &sub, std::vector<TailRow> &items, size_t from, bool last_page);
   bool push(Connection &c, OutFrame f, bool data);
   void notice(Connection &c, size_t sub, const std::string &json_fields);
   bool room(const Connection &c, size_t bytes) const;

@@ -164,15 +164,6 @@ struct Sub {
   int64_t page_after = 0;        // paging reads ids above this
   int64_t held_at_horizon = -1;  // held back at this stream horizon (-1: not held)
   int64_t ephemeral_noticed = 0; // evicted ephemeral ids up to here were announced
-  // Rows a page took (from the table or the tail) that the connection's
-  // queue had no room for yet: the next page starts with them instead of
-  // reading them again, while the subscription still pages from
-  // carry_after (a row below it that waited moves page_after back: the
-  // carry is dropped then). About one row: a read takes what the queue has
-  // room for (Engine::page).
-  std::vector<Stream::TailRow> carry;
-  int64_t carry_after = -1;
-  bool carry_last = false; // the page it came from was the last one
   const cursor::StreamPosition &position() const { return synced ? st->pos : pos; }
 };
 
