@@ -214,6 +214,9 @@ bool Engine::page(Connection &c, size_t k) {
   Stream &st = *sub.st;
   if (st.ephemeral_check)
     return false; // ephemeral broadcasts may be lost: known after the next drain, announced first
+  if (!room(c, need(sub)))
+    return false; // the row that did not fit last time still does not: not read again yet
+  sub.wait_bytes = 0;
   std::vector<Stream::TailRow> items;
   bool last_page = false;
   if (!take_page(c, k, &items, &last_page))
@@ -221,7 +224,10 @@ bool Engine::page(Connection &c, size_t k) {
   for (size_t i = 0; i < items.size(); ++i) {
     const Row &r = items[i].row;
     const Body &body = items[i].body;
-    if (!room(c, (body ? body.lines->size() : r.data.size() + 64) + kIdLine)) {
+    const size_t bytes = (body ? body.lines->size() : r.data.size() + 64) + kIdLine;
+    if (!room(c, bytes)) {
+      sub.wait_bytes = bytes; // the next page waits until this fits
+      sub.wait_after = sub.page_after;
       flush_stats(st, 0);
       return false; // the rest (about one row: the page took what had room) is read again
     }
@@ -366,9 +372,23 @@ bool Engine::take_page(Connection &c, size_t k, std::vector<Stream::TailRow> *ou
   return true;
 }
 
+// The room a paging subscription's next page needs: that of the row that
+// did not fit last time (while it pages from the same place), else any.
+size_t Engine::need(const Sub &sub) const {
+  return sub.wait_bytes && sub.wait_after == sub.page_after ? sub.wait_bytes : 0;
+}
+
+size_t Engine::need(const Connection &c) const {
+  size_t n = SIZE_MAX;
+  for (const Sub &s : c.subs)
+    if (s.paging)
+      n = std::min(n, need(s));
+  return n == SIZE_MAX ? 0 : n;
+}
+
 bool Engine::paging_pending() const {
   for (const Connection *c : paging_)
-    if (room(*c, 0))
+    if (room(*c, need(*c)))
       return true;
   return false;
 }
@@ -389,8 +409,8 @@ bool Engine::continue_paging() {
       }
       sub.held_at_horizon = -1;
       // Bounded work per call: a few pages, only while the queue has room.
-      for (int n = 0; n < kPagesPerCall && sub.paging && sub.held_at_horizon < 0 && room(*c, 0);
-           ++n) {
+      for (int n = 0;
+           n < kPagesPerCall && sub.paging && sub.held_at_horizon < 0 && room(*c, need(sub)); ++n) {
         const size_t before = sink_.queued_events(c->ref);
         const int64_t after = sub.page_after;
         if (page(*c, k))
@@ -403,7 +423,7 @@ bool Engine::continue_paging() {
     c->paging_listed = pending;
     if (pending) {
       still.push_back(c);
-      movable = movable || room(*c, 0);
+      movable = movable || room(*c, need(*c));
     }
   }
   paging_.swap(still);

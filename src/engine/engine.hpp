@@ -263,6 +263,8 @@ private:
   bool deliver(Connection &c, size_t sub, const Row &row, const Body &body,
                const std::shared_ptr<const std::string> *shared_frame = nullptr);
   bool page(Connection &c, size_t sub);
+  size_t need(const Sub &sub) const;
+  size_t need(const Connection &c) const;
   bool take_page(Connection &c, size_t sub, std::vector<TailRow> *items, bool *last);
   bool push(Connection &c, OutFrame f, bool data);
   void notice(Connection &c, size_t sub, const std::string &json_fields);

@@ -164,6 +164,11 @@ struct Sub {
   int64_t page_after = 0;        // paging reads ids above this
   int64_t held_at_horizon = -1;  // held back at this stream horizon (-1: not held)
   int64_t ephemeral_noticed = 0; // evicted ephemeral ids up to here were announced
+  // The last page stopped at a row of wait_bytes that did not fit the
+  // queue: while the subscription still pages from wait_after, the next
+  // page waits for that much room instead of reading the row again now.
+  size_t wait_bytes = 0;
+  int64_t wait_after = -1;
   const cursor::StreamPosition &position() const { return synced ? st->pos : pos; }
 };
 
