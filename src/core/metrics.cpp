@@ -245,7 +245,11 @@ std::string render_prometheus(const Snapshot &s) {
        "Times this worker fell behind the ring and caught up from the queue tables.", s.catch_ups},
       {"pgbus_stream_ring_overflows_total",
        "Times the shared ring overflowed (the workers then read from the tables).",
-       s.ring_overflows}};
+       s.ring_overflows},
+      {"pgbus_stream_rows_read_total",
+       "Rows this worker read from the queue tables (payloads too large for the ring, replays, "
+       "lagging connections).",
+       s.rows_read}};
   for (const Counter &c : worker_counters) {
     w.family(c.name, "counter", c.help);
     w.sample("", worker, uint_value(c.value));
@@ -296,7 +300,8 @@ std::string render_json(const Snapshot &s) {
   field("delivered", uint_value(s.delivered));
   field("dropped", uint_value(s.dropped));
   field("catch_ups", uint_value(s.catch_ups));
-  field("ring_overflows", uint_value(s.ring_overflows), true);
+  field("ring_overflows", uint_value(s.ring_overflows));
+  field("rows_read", uint_value(s.rows_read), true);
   out.append("},");
   json_key(out, "streams");
   out.append("[");

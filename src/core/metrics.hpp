@@ -32,6 +32,7 @@ struct Snapshot {
   int worker = 0;
   int64_t connections = 0; // all workers
   uint64_t delivered = 0, dropped = 0, catch_ups = 0, ring_overflows = 0;
+  uint64_t rows_read = 0;  // rows this worker read from the queue tables
   bool database_ok = true; // the worker's last catalog read worked
   std::vector<StreamFigures> streams;
 };

@@ -123,9 +123,10 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     // never a stream: said now, rather than a stream that waits forever.
     if (qerr == names::QueueNameError::TooLong) {
       const size_t len = names::normalize(std::string(names::kGemPrefix) + who.signed_name).size();
-      return reject(400, "stream name too long: its queue name (pgbus_ + the name, normalized) would have " +
-                             std::to_string(len) +
-                             " characters, more than the 47 of PGMQ and the pgbus gem\n");
+      return reject(
+          400, "stream name too long: its queue name (pgbus_ + the name, normalized) would have " +
+                   std::to_string(len) +
+                   " characters, more than the 47 of PGMQ and the pgbus gem\n");
     }
     bool failed = false;
     wanted = {signed_target(who.signed_name, &failed)};

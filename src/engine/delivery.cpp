@@ -205,25 +205,91 @@ bool Engine::deliver(Connection &c, size_t k, const Row &row, const Body &encode
 }
 
 // One page of a paging subscription, from the tail above its floor (every
-// row this process dispatched is there) or else from the table.
+// row this process dispatched is there) or else from the table. A page takes
+// about as many payload bytes as the connection's queue has room for (within
+// replay_page_bytes, one row at least): only the row that crossed the room
+// is read again, so a catch-up costs in proportion to the bytes it sends.
 bool Engine::page(Connection &c, size_t k) {
   Sub &sub = c.subs[k];
   Stream &st = *sub.st;
   if (st.ephemeral_check)
     return false; // ephemeral broadcasts may be lost: known after the next drain, announced first
-  const size_t page = std::max<size_t>(1, std::min(cfg_.replay_page_size, cfg_.queue_max_events));
+  if (!room(c, need(sub)))
+    return false; // the row that did not fit last time still does not: not read again yet
+  sub.wait_bytes = 0;
   std::vector<Stream::TailRow> items;
+  bool last_page = false;
+  if (!take_page(c, k, &items, &last_page))
+    return false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Row &r = items[i].row;
+    const Body &body = items[i].body;
+    const size_t bytes = (body ? body.lines->size() : r.data.size() + 64) + kIdLine;
+    if (!room(c, bytes)) {
+      sub.wait_bytes = bytes; // the next page waits until this fits
+      sub.wait_after = sub.page_after;
+      flush_stats(st, 0);
+      return false; // the rest (about one row: the page took what had room) is read again
+    }
+    // Every visible id below this row has been sent; below the stream's
+    // horizon the ones not returned will never be visible, so the token folds
+    // them, and so do the ones rolled back above it.
+    sub.pos.advance(std::min(r.msg_id - 1, st.pos.horizon));
+    cover_aborted(st, sub, sub.page_after, r.msg_id - 1);
+    sub.page_after = r.msg_id; // demote() moves it back below r if r waits
+    if (r.unreadable) {
+      // A row the source cannot turn into a frame: skipped and announced.
+      if (!sub.pos.covers(r.msg_id)) {
+        sub.pos.add(r.msg_id);
+        batch_.failed++;
+        notice(c, k, "\"reason\":\"unreadable\",\"ids\":[" + std::to_string(r.msg_id) + "]");
+      }
+      continue;
+    }
+    if (!sub.pos.covers(r.msg_id) &&
+        !deliver(c, k, r, body ? body : Body{encode_body(r), nullptr})) {
+      flush_stats(st, 0);
+      return false;
+    }
+  }
+  flush_stats(st, 0);
+  if (!last_page)
+    return false;
+  // Caught up with everything visible: from here the live path feeds it.
+  sub.paging = false;
+  sub.pos.advance(st.pos.horizon);
+  cover_aborted(st, sub, sub.page_after, st.pos.highest());
+  sub.synced = sub.pos == st.pos;
+  set_wake(st, true); // live from here: producers wake the worker for it again
+  return true;
+}
+
+// Reads the next page's rows into *items (tail or table, ephemeral
+// broadcasts merged in, notices sent); false when nothing can be read now.
+bool Engine::take_page(Connection &c, size_t k, std::vector<Stream::TailRow> *out, bool *last) {
+  Sub &sub = c.subs[k];
+  Stream &st = *sub.st;
+  std::vector<Stream::TailRow> &items = *out;
+  const size_t page = std::max<size_t>(1, std::min(cfg_.replay_page_size, cfg_.queue_max_events));
+  const size_t queued = sink_.queued_bytes(c.ref);
+  const size_t budget = std::max<size_t>(
+      1, std::min(cfg_.replay_page_bytes,
+                  cfg_.queue_max_bytes > queued ? cfg_.queue_max_bytes - queued : 0));
   bool wait = false; // the table holds a row that must come later
+  bool full = false; // the page stopped at its row or byte bound
   if (sub.page_after >= st.tail_floor && !st.tail_unknown) {
     auto it =
         std::upper_bound(st.tail.begin(), st.tail.end(), sub.page_after,
                          [](int64_t id, const Stream::TailRow &r) { return id < r.row.msg_id; });
-    for (; it != st.tail.end() && items.size() < page; ++it) {
+    size_t bytes = 0;
+    for (; it != st.tail.end() && !full; ++it) {
       if (c.one_line && !it->body.one_line) { // made once, kept with the row for the next ones
         it->body.get(true);
         st.tail_bytes += it->body.bytes() - it->body.lines->size();
       }
       items.push_back(*it);
+      bytes += it->body.lines->size();
+      full = items.size() >= page || bytes >= budget;
     }
   } else {
     if (now_us_ < st.retry_at_us)
@@ -236,12 +302,17 @@ bool Engine::page(Connection &c, size_t k) {
       st.info.retention_floor = std::max(st.info.retention_floor, floor);
     }
     ok = ok && read_ok(rows_.rows_after(st.info, std::max(sub.page_after, st.info.retention_floor),
-                                        (int64_t)page, &rows));
+                                        (int64_t)page, budget, &rows));
     if (!ok) {
       backoff(st, now_us_);
       return false;
     }
     st.backoff_us = 0;
+    counters_.rows_read += rows.size();
+    size_t bytes = 0;
+    for (const Row &r : rows)
+      bytes += r.data.size();
+    full = rows.size() >= page || bytes >= budget;
     if (sub.page_after < st.info.retention_floor && sub.pos.horizon < st.info.retention_floor) {
       // Retention removed rows this client has not seen: say so, then send what is left.
       sub.pos.advance(st.info.retention_floor);
@@ -252,7 +323,7 @@ bool Engine::page(Connection &c, size_t k) {
     }
     // Committed ids the table no longer has in the span this page covers.
     const int64_t span_end =
-        rows.size() < page ? std::max(st.pos.highest(), st.pos.horizon) : rows.back().msg_id;
+        !full ? std::max(st.pos.highest(), st.pos.horizon) : rows.back().msg_id;
     std::string gone;
     for (auto it = st.unread.upper_bound(sub.page_after);
          it != st.unread.end() && *it <= span_end && gone.size() < 2000; ++it) {
@@ -277,9 +348,9 @@ bool Engine::page(Connection &c, size_t k) {
       break;
     }
   }
-  const bool last_page = items.size() < page && !wait;
+  *last = !full && !wait;
   const int64_t upto = wait && items.empty() ? sub.page_after
-                       : wait || !last_page  ? items.back().row.msg_id
+                       : wait || !*last      ? items.back().row.msg_id
                                              : INT64_MAX;
   // Ephemeral broadcasts: merged in while held, announced when gone.
   const size_t durable = items.size();
@@ -301,48 +372,26 @@ bool Engine::page(Connection &c, size_t k) {
   if (items.size() != durable)
     std::sort(items.begin(), items.end(),
               [](const auto &a, const auto &b) { return a.row.msg_id < b.row.msg_id; });
-  for (const Stream::TailRow &item : items) {
-    const Row &r = item.row;
-    if (!room(c, (item.body ? item.body.lines->size() : r.data.size() + 64) + kIdLine)) {
-      flush_stats(st, 0);
-      return false; // the rest is read again when the queue drains
-    }
-    // Every visible id below this row has been sent; below the stream's
-    // horizon the ones not returned will never be visible, so the token folds
-    // them, and so do the ones rolled back above it.
-    sub.pos.advance(std::min(r.msg_id - 1, st.pos.horizon));
-    cover_aborted(st, sub, sub.page_after, r.msg_id - 1);
-    sub.page_after = r.msg_id; // demote() moves it back below r if r waits
-    if (r.unreadable) {
-      // A row the source cannot turn into a frame: skipped and announced.
-      if (!sub.pos.covers(r.msg_id)) {
-        sub.pos.add(r.msg_id);
-        batch_.failed++;
-        notice(c, k, "\"reason\":\"unreadable\",\"ids\":[" + std::to_string(r.msg_id) + "]");
-      }
-      continue;
-    }
-    if (!sub.pos.covers(r.msg_id) &&
-        !deliver(c, k, r, item.body ? item.body : Body{encode_body(r), nullptr})) {
-      flush_stats(st, 0);
-      return false;
-    }
-  }
-  flush_stats(st, 0);
-  if (!last_page)
-    return false;
-  // Caught up with everything visible: from here the live path feeds it.
-  sub.paging = false;
-  sub.pos.advance(st.pos.horizon);
-  cover_aborted(st, sub, sub.page_after, st.pos.highest());
-  sub.synced = sub.pos == st.pos;
-  set_wake(st, true); // live from here: producers wake the worker for it again
   return true;
+}
+
+// The room a paging subscription's next page needs: that of the row that
+// did not fit last time (while it pages from the same place), else any.
+size_t Engine::need(const Sub &sub) const {
+  return sub.wait_bytes && sub.wait_after == sub.page_after ? sub.wait_bytes : 0;
+}
+
+size_t Engine::need(const Connection &c) const {
+  size_t n = SIZE_MAX;
+  for (const Sub &s : c.subs)
+    if (s.paging)
+      n = std::min(n, need(s));
+  return n == SIZE_MAX ? 0 : n;
 }
 
 bool Engine::paging_pending() const {
   for (const Connection *c : paging_)
-    if (room(*c, 0))
+    if (room(*c, need(*c)))
       return true;
   return false;
 }
@@ -363,8 +412,8 @@ bool Engine::continue_paging() {
       }
       sub.held_at_horizon = -1;
       // Bounded work per call: a few pages, only while the queue has room.
-      for (int n = 0; n < kPagesPerCall && sub.paging && sub.held_at_horizon < 0 && room(*c, 0);
-           ++n) {
+      for (int n = 0;
+           n < kPagesPerCall && sub.paging && sub.held_at_horizon < 0 && room(*c, need(sub)); ++n) {
         const size_t before = sink_.queued_events(c->ref);
         const int64_t after = sub.page_after;
         if (page(*c, k))
@@ -377,7 +426,7 @@ bool Engine::continue_paging() {
     c->paging_listed = pending;
     if (pending) {
       still.push_back(c);
-      movable = movable || room(*c, 0);
+      movable = movable || room(*c, need(*c));
     }
   }
   paging_.swap(still);

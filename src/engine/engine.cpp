@@ -195,6 +195,10 @@ const std::vector<int64_t> &Engine::round_streams(bool full) {
   return round_ids_;
 }
 
+// Bodies up to this size are also copied into a frame with the id line
+// (shared by the connections in step with the stream, and batched).
+constexpr size_t kJoinedFrameMax = 64 * 1024;
+
 std::shared_ptr<const std::string> Engine::encode_body(const Row &row) const {
   auto body = std::make_shared<std::string>();
   body->reserve(row.data.size() + 48);
@@ -226,33 +230,56 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     }
     return memo;
   };
+  auto wants = [&](const ring::Event &e) {
+    if (e.has_payload || e.aborted)
+      return false;
+    const Stream *rs = stream_of(e.stream_id);
+    if (rs == nullptr || rs->conns.empty())
+      return false;
+    return !(e.late && rs->pos.covers(e.msg_id)); // not read: announced (late())
+  };
   size_t end = begin, to_read = 0;
   for (; end < events.size(); end++) {
     const ring::Event &e = events[end];
-    if (e.has_payload || e.aborted)
+    if (!wants(e))
       continue;
-    const Stream *rs = stream_of(e.stream_id);
-    if (rs == nullptr || rs->conns.empty())
-      continue;
-    if (e.late && rs->pos.covers(e.msg_id))
-      continue; // not read: announced (late())
     if (to_read == std::max<size_t>(cfg_.replay_page_size, 1))
       break;
     wanted[e.stream_id].push_back(e.msg_id);
     to_read++;
   }
+  // The slice holds about replay_page_bytes of payload (one row per stream
+  // at least): a read that stopped there ends the slice at the first event
+  // it did not reach, and the next slice reads from that one.
   std::map<std::pair<int64_t, int64_t>, Row> found;
   std::unordered_set<int64_t> failed;
+  std::unordered_map<int64_t, int64_t> cut; // stream -> highest id its read looked at
   std::vector<Row> rows;
+  size_t bytes = 0;
   for (auto &[sid, list] : wanted) {
     rows.clear();
-    if (!read_ok(rows_.rows_by_id(streams_[sid]->info, list, &rows))) {
+    int64_t upto = INT64_MAX;
+    const size_t budget = cfg_.replay_page_bytes > bytes ? cfg_.replay_page_bytes - bytes : 1;
+    if (!read_ok(rows_.rows_by_id(streams_[sid]->info, list, budget, &rows, &upto))) {
       failed.insert(sid);
       continue;
     }
-    for (Row &r : rows)
+    counters_.rows_read += rows.size();
+    if (upto != INT64_MAX)
+      cut[sid] = upto;
+    for (Row &r : rows) {
+      bytes += r.data.size();
       found.emplace(std::make_pair(sid, r.msg_id), std::move(r));
+    }
   }
+  if (!cut.empty())
+    for (size_t i = begin; i < end; i++) {
+      auto c = cut.find(events[i].stream_id);
+      if (c != cut.end() && events[i].msg_id > c->second && wants(events[i])) {
+        end = i; // (not the slice's first wanted event: each read covers its first id)
+        break;
+      }
+    }
   for (size_t i = begin; i < end; i++) {
     ring::Event &e = events[i];
     Stream *sp = stream_of(e.stream_id);
@@ -331,6 +358,7 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     }
     it->second.commit_us = e.commit_us;
     dispatch(st, it->second);
+    std::string().swap(it->second.data); // the encoded body carries it from here
   }
   flush_batch(); // nothing batched outlives the slice
   return end;
@@ -452,8 +480,11 @@ void Engine::dispatch(Stream &st, const Row &row) {
     tail_add(st, row, body);
   // The whole frame for connections in step with the stream, when the
   // stream's own token is short enough to send: one per framing in use.
+  // Not for a large body: copying it to put the id line in front would
+  // hold it twice; each connection gets the id line as its own head in
+  // front of the one shared body instead (and such rows are not batched).
   std::shared_ptr<const std::string> frame, frame1;
-  if (wants_frame) {
+  if (wants_frame && body.lines->size() <= kJoinedFrameMax) {
     const std::string &token = st.token_of();
     if (token.size() <= cfg_.max_token_bytes) {
       auto with_id = [&](const std::string &b) {

@@ -41,6 +41,9 @@ struct Config {
   // connection on a fast stream that lags this long pages from memory.
   int64_t memory_retention_us = 0;
   size_t replay_page_size = 0;
+  // Payload bytes one table read holds: a read stops at the row that
+  // reaches it (so one row is always read, however large).
+  size_t replay_page_bytes = 0;
   std::string default_event;
   bool stats_enabled = false;
   // History with the pgbus gem's semantics (stats_table): one broadcast row
@@ -93,9 +96,11 @@ struct Counters {
   uint64_t read_failures = 0; // row-source calls that failed (retried later)
   uint64_t gaps = 0;          // gap notices sent
   uint64_t catalog_reads = 0; // catalog queries (load_catalog calls)
+  uint64_t rows_read = 0;     // rows the tables returned (rows_by_id, rows_after)
 };
 
 struct Stream;
+struct TailRow;
 struct Connection;
 struct Sub;
 struct Body;
@@ -260,6 +265,9 @@ private:
   bool deliver(Connection &c, size_t sub, const Row &row, const Body &body,
                const std::shared_ptr<const std::string> *shared_frame = nullptr);
   bool page(Connection &c, size_t sub);
+  size_t need(const Sub &sub) const;
+  size_t need(const Connection &c) const;
+  bool take_page(Connection &c, size_t sub, std::vector<TailRow> *items, bool *last);
   bool push(Connection &c, OutFrame f, bool data);
   void notice(Connection &c, size_t sub, const std::string &json_fields);
   bool room(const Connection &c, size_t bytes) const;

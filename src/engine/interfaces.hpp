@@ -71,11 +71,16 @@ public:
   // The catalog (streams whose queue table exists), or the part the filter
   // names; false on failure (no extension: true, nothing).
   virtual bool load_catalog(const CatalogFilter &which, std::vector<StreamInfo> *out) = 0;
-  // The rows with these ids (any order; missing ones are simply absent).
-  virtual bool rows_by_id(const StreamInfo &s, const std::vector<int64_t> &ids,
-                          std::vector<Row> *out) = 0;
-  // Up to `limit` rows with msg_id > after, ascending.
-  virtual bool rows_after(const StreamInfo &s, int64_t after, int64_t limit,
+  // The rows with these ids, ascending (missing ones are simply absent).
+  // A read holds about max_bytes of payload (Row::data): it stops after the
+  // row that reaches it, though not before ids.front() (a read always
+  // makes progress). *read_upto: the highest id the read looked at (ids
+  // above it are still to read), INT64_MAX when it looked at every one.
+  virtual bool rows_by_id(const StreamInfo &s, const std::vector<int64_t> &ids, size_t max_bytes,
+                          std::vector<Row> *out, int64_t *read_upto) = 0;
+  // Up to `limit` rows with msg_id > after, ascending, and no more after
+  // the row whose payload brings them to max_bytes.
+  virtual bool rows_after(const StreamInfo &s, int64_t after, int64_t limit, size_t max_bytes,
                           std::vector<Row> *out) = 0;
   // The highest msg_id in the queue and its archive (0 when empty).
   virtual bool max_id(const StreamInfo &s, int64_t *id) = 0;

@@ -30,15 +30,16 @@ bool parse_i64(std::string_view text, int64_t *out) {
   return true;
 }
 
-bool decode_row(const std::optional<std::string> *cells, int ncols, Row *out) {
+namespace {
+template <typename Cell> bool decode(Cell *cells, int ncols, Row *out) {
   *out = Row();
   if (ncols < 1 || !cells[0] || !parse_i64(*cells[0], &out->msg_id))
     return false;
   auto cell = [&](int i) -> const std::optional<std::string> * {
     return i < ncols ? &cells[i] : nullptr;
   };
-  if (const auto *c = cell(1); c && *c)
-    out->data = **c;
+  if (ncols > 1 && cells[1])
+    out->data = std::move(*cells[1]); // a copy when the cells are const
   if (const auto *c = cell(2))
     out->event = *c;
   if (const auto *c = cell(3))
@@ -48,6 +49,15 @@ bool decode_row(const std::optional<std::string> *cells, int ncols, Row *out) {
   if (const auto *c = cell(5); c && *c && !auth::parse_connection_id(**c, &out->exclude))
     out->exclude = 0;
   return true;
+}
+} // namespace
+
+bool decode_row(const std::optional<std::string> *cells, int ncols, Row *out) {
+  return decode(cells, ncols, out);
+}
+
+bool decode_row_taking(std::optional<std::string> *cells, int ncols, Row *out) {
+  return decode(cells, ncols, out);
 }
 
 } // namespace pgbs::engine

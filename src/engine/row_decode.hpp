@@ -19,5 +19,8 @@ bool parse_i64(std::string_view text, int64_t *out);
 // to name it by): the caller leaves it out. Other cells that cannot be read
 // take their defaults (no event, enqueued_us 0, no exclude).
 bool decode_row(const std::optional<std::string> *cells, int ncols, Row *out);
+// The same, taking the payload cell's bytes instead of copying them (a
+// large payload is not held twice).
+bool decode_row_taking(std::optional<std::string> *cells, int ncols, Row *out);
 
 } // namespace pgbs::engine

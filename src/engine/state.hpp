@@ -45,6 +45,13 @@ struct Body {
 
 constexpr size_t kMaxAborted = 1024; // Stream::aborted ranges kept per stream
 
+// A row with its encoded body (a stream's tail, a page of a paging subscription).
+struct TailRow {
+  Row row; // data cleared when the body carries it
+  Body body;
+  int64_t at_us = 0; // when it was dispatched (memory_retention_time)
+};
+
 struct Stream {
   StreamInfo info;
   // The observer's handle (a shared-memory entry) is held only while the
@@ -104,11 +111,7 @@ struct Stream {
   // their encoded bodies: memory_retention rows, or more while they are
   // younger than memory_retention_time, never above queue_max_bytes.
   // Every row with an id above tail_floor that this process dispatched is here.
-  struct TailRow {
-    Row row; // data cleared: the body carries it
-    Body body;
-    int64_t at_us = 0; // when it was dispatched (memory_retention_time)
-  };
+  using TailRow = engine::TailRow;
   // In id order, so the common case (ids dispatched in ascending order)
   // appends and evicts at the ends: no tree node per row (the deque
   // allocates a block per three rows) and no tree walks.
@@ -169,6 +172,11 @@ struct Sub {
   int64_t page_after = 0;        // paging reads ids above this
   int64_t held_at_horizon = -1;  // held back at this stream horizon (-1: not held)
   int64_t ephemeral_noticed = 0; // evicted ephemeral ids up to here were announced
+  // The last page stopped at a row of wait_bytes that did not fit the
+  // queue: while the subscription still pages from wait_after, the next
+  // page waits for that much room instead of reading the row again now.
+  size_t wait_bytes = 0;
+  int64_t wait_after = -1;
   const cursor::StreamPosition &position() const { return synced ? st->pos : pos; }
 };
 

@@ -3,15 +3,19 @@
 #include "pg/guard.hpp"
 #include "pg/queue_table.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <stdexcept>
 
 extern "C" {
 #include "postgres.h"
+#include "access/detoast.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/lockdefs.h"
@@ -125,16 +129,84 @@ void SpiTx::commit() {
   MemoryContextSwitchTo(static_cast<MemoryContext>(outer_)); // the commit leaves TopMemoryContext
 }
 
+namespace {
+
+constexpr int kMaxArgs = 8;
+
+// Query arguments as Datums (inside pg::call: this allocates).
+void bind_args(const std::vector<Arg> &args, Oid *types, Datum *values, char *nulls) {
+  for (size_t i = 0; i < args.size(); i++) {
+    const Arg &a = args[i];
+    nulls[i] = ' ';
+    if (a.kind == Arg::Int8) {
+      types[i] = INT8OID;
+      values[i] = Int64GetDatum(a.i);
+    } else if (a.kind == Arg::Text) {
+      types[i] = TEXTOID;
+      values[i] = PointerGetDatum(cstring_to_text_with_len(a.text.data(), (int)a.text.size()));
+    } else {
+      types[i] = INT8ARRAYOID;
+      Datum *elems = (Datum *)palloc(sizeof(Datum) * (a.ids.size() + 1));
+      for (size_t k = 0; k < a.ids.size(); k++)
+        elems[k] = Int64GetDatum(a.ids[k]);
+      values[i] = PointerGetDatum(construct_array(elems, (int)a.ids.size(), INT8OID, sizeof(int64),
+                                                  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+    }
+  }
+}
+
+// Runs fn (which executes a statement, or part of one) with the rights of
+// as_role when it is nonzero (inside pg::call). As the owner: what VACUUM
+// does around a table's index functions.
+template <typename F> void as_role_run(unsigned as_role, F &&fn) {
+  Oid save_user = InvalidOid;
+  int save_sec = 0;
+  volatile int nest = 0; // (read after a longjmp in PG_CATCH paths)
+  if (as_role != 0) {
+    GetUserIdAndSecContext(&save_user, &save_sec);
+    SetUserIdAndSecContext(as_role, save_sec | SECURITY_RESTRICTED_OPERATION);
+    nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    // A worker has no client loop to arm statement_timeout: armed here,
+    // before the owner's code runs (a SET of its own cannot lift it).
+    if (StatementTimeout > 0)
+      enable_timeout_after(STATEMENT_TIMEOUT, StatementTimeout);
+  }
+  PG_TRY();
+  {
+    fn();
+    if (as_role != 0) {
+      disable_timeout(STATEMENT_TIMEOUT, false);
+      AtEOXact_GUC(false, nest); // undoes every SET of the statement, session-level too
+    }
+  }
+  PG_CATCH();
+  {
+    // The settings go back when the caller aborts the transaction.
+    if (as_role != 0) {
+      disable_timeout(STATEMENT_TIMEOUT, false);
+      SetUserIdAndSecContext(save_user, save_sec);
+    }
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  if (as_role != 0)
+    SetUserIdAndSecContext(save_user, save_sec);
+}
+
+} // namespace
+
 Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool read_only,
                    unsigned as_role) {
   // Arguments are converted to Datums first (PostgreSQL side), then the query
   // runs, and the text of each cell is collected in palloc'd memory; the C++
   // copy happens after the guarded region.
   int nargs = (int)args.size();
-  Oid types[8];
-  Datum values[8];
-  char nulls[8];
-  if (nargs > 8)
+  Oid types[kMaxArgs];
+  Datum values[kMaxArgs];
+  char nulls[kMaxArgs];
+  if (nargs > kMaxArgs)
     throw std::runtime_error("too many SPI arguments");
   struct Raw {
     char **cells;
@@ -144,40 +216,8 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
   const char *sqltext = sql.c_str();
   const std::vector<Arg> *argp = &args;
   call([&] {
-    for (int i = 0; i < nargs; i++) {
-      const Arg &a = (*argp)[i];
-      nulls[i] = ' ';
-      if (a.kind == Arg::Int8) {
-        types[i] = INT8OID;
-        values[i] = Int64GetDatum(a.i);
-      } else if (a.kind == Arg::Text) {
-        types[i] = TEXTOID;
-        values[i] = PointerGetDatum(cstring_to_text_with_len(a.text.data(), (int)a.text.size()));
-      } else {
-        types[i] = INT8ARRAYOID;
-        Datum *elems = (Datum *)palloc(sizeof(Datum) * (a.ids.size() + 1));
-        for (size_t k = 0; k < a.ids.size(); k++)
-          elems[k] = Int64GetDatum(a.ids[k]);
-        values[i] = PointerGetDatum(construct_array(
-            elems, (int)a.ids.size(), INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-      }
-    }
-    // As the owner: what VACUUM does around a table's index functions.
-    Oid save_user = InvalidOid;
-    int save_sec = 0, nest = 0;
-    if (as_role != 0) {
-      GetUserIdAndSecContext(&save_user, &save_sec);
-      SetUserIdAndSecContext(as_role, save_sec | SECURITY_RESTRICTED_OPERATION);
-      nest = NewGUCNestLevel();
-      (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
-                              GUC_ACTION_SAVE, true, 0, false);
-      // A worker has no client loop to arm statement_timeout: armed here,
-      // before the owner's code runs (a SET of its own cannot lift it).
-      if (StatementTimeout > 0)
-        enable_timeout_after(STATEMENT_TIMEOUT, StatementTimeout);
-    }
-    PG_TRY();
-    {
+    bind_args(*argp, types, values, nulls);
+    as_role_run(as_role, [&] {
       int rc = SPI_execute_with_args(sqltext, nargs, types, values, nulls, read_only, 0);
       if (rc < 0)
         elog(ERROR, "pgbus_stream: SPI query failed (%s)", SPI_result_code_string(rc));
@@ -190,23 +230,7 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
             raw.cells[r * raw.ncols + c] =
                 SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, c + 1);
       }
-      if (as_role != 0) {
-        disable_timeout(STATEMENT_TIMEOUT, false);
-        AtEOXact_GUC(false, nest); // undoes every SET of the statement, session-level too
-      }
-    }
-    PG_CATCH();
-    {
-      // The settings go back when the caller aborts the transaction.
-      if (as_role != 0) {
-        disable_timeout(STATEMENT_TIMEOUT, false);
-        SetUserIdAndSecContext(save_user, save_sec);
-      }
-      PG_RE_THROW();
-    }
-    PG_END_TRY();
-    if (as_role != 0)
-      SetUserIdAndSecContext(save_user, save_sec);
+    });
   });
   Table t;
   t.ncols = raw.ncols;
@@ -217,6 +241,119 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
     else
       t.cells.emplace_back(std::nullopt);
   }
+  return t;
+}
+
+// A cursor fetched one row at a time, all inside one guarded call (the
+// stop rule is plain arithmetic), the tuples kept until their cells are
+// copied out after it. Text cells are copied from the tuples straight into
+// the C++ strings: a large payload exists twice at most here, in the
+// fetched tuple and in its copy.
+Table SpiTx::query_until(const std::string &sql, const std::vector<Arg> &args, unsigned as_role,
+                         const Until &until, int64_t *last_id, bool *cut) {
+  int nargs = (int)args.size();
+  Oid types[kMaxArgs];
+  Datum values[kMaxArgs];
+  char nulls[kMaxArgs];
+  if (nargs > kMaxArgs)
+    throw std::runtime_error("too many SPI arguments");
+  struct Raw {
+    SPITupleTable **tables;
+    const char **data;
+    size_t *len;
+    bool *null;
+    uint64 nrows;
+    int ncols;
+  } raw{nullptr, nullptr, nullptr, nullptr, 0, 0};
+  const char *sqltext = sql.c_str();
+  const std::vector<Arg> *argp = &args;
+  bool stopped = false;
+  int64 last = 0;
+  call([&] {
+    bind_args(*argp, types, values, nulls);
+    as_role_run(as_role, [&] {
+      // Planned for the first rows: the read may stop early.
+      Portal portal = SPI_cursor_open_with_args(nullptr, sqltext, nargs, types, values, nulls, true,
+                                                CURSOR_OPT_FAST_PLAN);
+      uint64 cap = 16;
+      raw.tables = (SPITupleTable **)palloc0(sizeof(SPITupleTable *) * cap);
+      size_t bytes = 0;
+      for (;;) {
+        SPI_cursor_fetch(portal, true, 1);
+        if (SPI_tuptable == nullptr || SPI_processed == 0)
+          break;
+        SPITupleTable *tt = SPI_tuptable;
+        if (raw.nrows == cap) {
+          cap *= 2;
+          raw.tables = (SPITupleTable **)repalloc(raw.tables, sizeof(SPITupleTable *) * cap);
+        }
+        raw.tables[raw.nrows++] = tt;
+        raw.ncols = tt->tupdesc->natts;
+        bool isnull = false;
+        Datum id = SPI_getbinval(tt->vals[0], tt->tupdesc, 1, &isnull);
+        if (!isnull && TupleDescAttr(tt->tupdesc, 0)->atttypid == INT8OID)
+          last = DatumGetInt64(id);
+        if (until.bytes_col < raw.ncols) {
+          Datum d = SPI_getbinval(tt->vals[0], tt->tupdesc, until.bytes_col + 1, &isnull);
+          if (!isnull && TupleDescAttr(tt->tupdesc, until.bytes_col)->atttypid == TEXTOID)
+            bytes += toast_raw_datum_size(d);
+        }
+        if ((bytes >= until.max_bytes || raw.nrows >= until.max_rows) && last >= until.cover_id) {
+          stopped = true;
+          break;
+        }
+      }
+      SPI_cursor_close(portal);
+    });
+    const size_t cells = raw.nrows * (size_t)raw.ncols + 1;
+    raw.data = (const char **)palloc0(sizeof(char *) * cells);
+    raw.len = (size_t *)palloc0(sizeof(size_t) * cells);
+    raw.null = (bool *)palloc0(sizeof(bool) * cells);
+    for (uint64 r = 0; r < raw.nrows; r++) {
+      SPITupleTable *tt = raw.tables[r];
+      for (int c = 0; c < raw.ncols; c++) {
+        const size_t i = r * raw.ncols + c;
+        bool isnull = false;
+        if (TupleDescAttr(tt->tupdesc, c)->atttypid == TEXTOID) {
+          Datum d = SPI_getbinval(tt->vals[0], tt->tupdesc, c + 1, &isnull);
+          raw.null[i] = isnull;
+          if (!isnull) {
+            text *t = pg_detoast_datum_packed((struct varlena *)DatumGetPointer(d));
+            raw.data[i] = VARDATA_ANY(t);
+            raw.len[i] = VARSIZE_ANY_EXHDR(t);
+          }
+        } else {
+          char *v = SPI_getvalue(tt->vals[0], tt->tupdesc, c + 1);
+          raw.null[i] = v == nullptr;
+          if (v) {
+            raw.data[i] = v;
+            raw.len[i] = strlen(v);
+          }
+        }
+      }
+    }
+  });
+  Table t;
+  t.ncols = raw.ncols;
+  t.cells.reserve(raw.nrows * raw.ncols);
+  for (uint64 i = 0; i < raw.nrows * (uint64)raw.ncols; i++) {
+    if (raw.null[i])
+      t.cells.emplace_back(std::nullopt);
+    else
+      t.cells.emplace_back(std::string(raw.data[i], raw.len[i]));
+  }
+  call([&] {
+    for (uint64 r = 0; r < raw.nrows; r++)
+      SPI_freetuptable(raw.tables[r]);
+    pfree(raw.tables);
+    pfree(raw.data);
+    pfree(raw.len);
+    pfree(raw.null);
+  });
+  if (last_id)
+    *last_id = last;
+  if (cut)
+    *cut = stopped;
   return t;
 }
 

@@ -69,6 +69,21 @@ public:
   // as a queue (pg/queue_table.hpp) and that they have one owner: returns
   // that owner, or 0 with *why saying what is wrong.
   unsigned queue_owner(const std::vector<TableName> &tables, bool write, std::string *why);
+  // Where query_until() stops: after the row that brings the bytes of text
+  // column bytes_col (0-based) to max_bytes, or the max_rows-th row, but not
+  // before a row whose first column (a bigint) is cover_id or more.
+  struct Until {
+    int bytes_col = 1;
+    size_t max_bytes = 0;
+    size_t max_rows = 0;
+    int64_t cover_id = 0;
+  };
+  // A read-only query whose rows are taken one at a time until `until`
+  // says stop (*cut: it did; the rows after are not read), so that a page
+  // of large rows is held once in the worker, not with every row after it.
+  // *last_id: the first column of the last row read. As query() otherwise.
+  Table query_until(const std::string &sql, const std::vector<Arg> &args, unsigned as_role,
+                    const Until &until, int64_t *last_id, bool *cut);
   void commit();
 
 private:

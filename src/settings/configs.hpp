@@ -20,6 +20,7 @@ inline engine::Config engine_config(const Settings &s, bool standby) {
   c.memory_retention = (size_t)s.memory_retention;
   c.memory_retention_us = (int64_t)s.memory_retention_time_ms * 1000;
   c.replay_page_size = (size_t)s.replay_page_size;
+  c.replay_page_bytes = (size_t)s.replay_page_bytes;
   c.default_event = s.default_event;
   c.stats_enabled = s.stats_enabled && !standby;
   c.stats_per_batch = !s.stats_table.empty();

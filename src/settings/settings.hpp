@@ -58,6 +58,7 @@ struct Settings {
   int queue_max_bytes = 1048576;
   OverflowPolicy overflow_policy = OverflowPolicy::Lag;
   int replay_page_size = 500;
+  int replay_page_bytes = 4 * 1024 * 1024; // bytes of rows one table read holds (one row at least)
   int memory_retention = 1000;
   int memory_retention_time_ms = 1000;
   std::string default_event = "turbo-stream";

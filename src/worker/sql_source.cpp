@@ -210,37 +210,40 @@ bool SqlRowSource::load_catalog_once(const engine::CatalogFilter &which,
   // Each maximum locks its tables until commit: a few hundred streams per
   // transaction, so that a database with many queues stays within the lock table.
   for (size_t from = 0; from < t.rows(); from += 200) {
-    const bool part_ok = run("catalog read", [&](pg::SpiTx &tx) {
-      for (size_t r = from; r < t.rows() && r < from + 200; r++) {
-        engine::StreamInfo si;
-        si.id = to_i64(t.at(r, 0));
-        si.name = t.at(r, 1).value_or("");
-        si.is_public = t.at(r, 2).value_or("t") == "t";
-        si.retention_floor = to_i64(t.at(r, 4));
-        si.has_retention = t.at(r, 5).value_or("f") == "t";
-        si.hooked = t.at(r, 7).value_or("t") == "t";
-        si.queue_schema = t.at(r, 8).value_or("");
-        si.queue_table = t.at(r, 9).value_or("");
-        std::vector<pg::TableName> names{{t.at(r, 8).value_or(""), t.at(r, 9).value_or("")}};
-        if (t.at(r, 10))
-          names.push_back({names[0].schema, *t.at(r, 10)});
-        // A stream whose tables are no queue (any more) is left out, with
-        // one logged reason; nothing of it runs.
-        std::string why;
-        const unsigned owner = tx.queue_owner(names, false, &why);
-        if (owner == 0) {
-          log_refusal(si.id, si.name, "catalog read", why);
-          continue;
-        }
-        refusals().erase(si.id);
-        pg::Table m = tx.query(t.at(r, 6).value_or("SELECT 0"), {}, true, owner);
-        si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
-        sqls[si.id] = t.at(r, 3).value_or("");
-        maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
-        tables[si.id] = std::move(names);
-        out->push_back(std::move(si));
-      }
-    }, nullptr, vanished);
+    const bool part_ok = run(
+        "catalog read",
+        [&](pg::SpiTx &tx) {
+          for (size_t r = from; r < t.rows() && r < from + 200; r++) {
+            engine::StreamInfo si;
+            si.id = to_i64(t.at(r, 0));
+            si.name = t.at(r, 1).value_or("");
+            si.is_public = t.at(r, 2).value_or("t") == "t";
+            si.retention_floor = to_i64(t.at(r, 4));
+            si.has_retention = t.at(r, 5).value_or("f") == "t";
+            si.hooked = t.at(r, 7).value_or("t") == "t";
+            si.queue_schema = t.at(r, 8).value_or("");
+            si.queue_table = t.at(r, 9).value_or("");
+            std::vector<pg::TableName> names{{t.at(r, 8).value_or(""), t.at(r, 9).value_or("")}};
+            if (t.at(r, 10))
+              names.push_back({names[0].schema, *t.at(r, 10)});
+            // A stream whose tables are no queue (any more) is left out, with
+            // one logged reason; nothing of it runs.
+            std::string why;
+            const unsigned owner = tx.queue_owner(names, false, &why);
+            if (owner == 0) {
+              log_refusal(si.id, si.name, "catalog read", why);
+              continue;
+            }
+            refusals().erase(si.id);
+            pg::Table m = tx.query(t.at(r, 6).value_or("SELECT 0"), {}, true, owner);
+            si.max_committed = m.rows() ? to_i64(m.at(0, 0)) : 0;
+            sqls[si.id] = t.at(r, 3).value_or("");
+            maxes[si.id] = t.at(r, 6).value_or("SELECT 0");
+            tables[si.id] = std::move(names);
+            out->push_back(std::move(si));
+          }
+        },
+        nullptr, vanished);
     if (!part_ok) {
       out->clear();
       return false;
@@ -263,7 +266,7 @@ bool SqlRowSource::load_catalog_once(const engine::CatalogFilter &which,
 
 bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
                         const std::vector<int64_t> *ids, int64_t after, int64_t limit,
-                        std::vector<engine::Row> *out) {
+                        size_t max_bytes, std::vector<engine::Row> *out, int64_t *read_upto) {
   auto it = rows_sql_.find(s.id);
   auto names = tables_.find(s.id);
   if (it == rows_sql_.end() || names == tables_.end())
@@ -275,17 +278,26 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
     args.push_back(pg::Arg::int8(after));
     args.push_back(pg::Arg::int8(limit));
   }
+  // Rows are taken one at a time up to the byte budget (column 1 is the
+  // payload), so a page of large rows is held once, not with all after it.
+  pg::SpiTx::Until until;
+  until.max_bytes = std::max<size_t>(max_bytes, 1);
+  until.max_rows = ids ? ids->size() + 1 : (size_t)std::max<int64_t>(limit, 1);
+  until.cover_id = ids && !ids->empty() ? ids->front() : INT64_MIN;
   const size_t before = out->size();
   bool data_error = false;
   const bool ok = run(
       "row read",
       [&](pg::SpiTx &tx) {
         const unsigned owner = owner_of(tx, s, names->second, false);
-        pg::Table t = tx.query(it->second + " " + where, args, true, owner);
+        int64_t last = 0;
+        bool cut = false;
+        pg::Table t = tx.query_until(it->second + " " + where, args, owner, until, &last, &cut);
+        *read_upto = cut ? last : INT64_MAX;
         out->reserve(out->size() + t.rows());
         for (size_t r = 0; r < t.rows(); r++) {
           engine::Row row;
-          if (engine::decode_row(&t.cells[r * t.ncols], t.ncols, &row))
+          if (engine::decode_row_taking(&t.cells[r * t.ncols], t.ncols, &row))
             out->push_back(std::move(row));
         }
       },
@@ -293,6 +305,7 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
   if (ok || !data_error)
     return ok;
   out->resize(before);
+  *read_upto = INT64_MAX;
   return rows_one_by_one(s, it->second, where, args, out);
 }
 
@@ -309,7 +322,8 @@ bool SqlRowSource::rows_one_by_one(const engine::StreamInfo &s, const std::strin
   std::vector<int64_t> ids;
   if (!run("row read (ids)", [&](pg::SpiTx &tx) {
         const unsigned owner = owner_of(tx, s, names->second, false);
-        pg::Table t = tx.query("SELECT msg_id FROM (" + sql + " " + where + ") x", args, true, owner);
+        pg::Table t =
+            tx.query("SELECT msg_id FROM (" + sql + " " + where + ") x", args, true, owner);
         for (size_t r = 0; r < t.rows(); r++)
           if (t.at(r, 0))
             ids.push_back(to_i64(t.at(r, 0)));
@@ -354,13 +368,15 @@ bool SqlRowSource::rows_one_by_one(const engine::StreamInfo &s, const std::strin
 }
 
 bool SqlRowSource::rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
-                              std::vector<engine::Row> *out) {
-  return rows(s, "WHERE msg_id = ANY($1)", &ids, 0, 0, out);
+                              size_t max_bytes, std::vector<engine::Row> *out, int64_t *read_upto) {
+  return rows(s, "WHERE msg_id = ANY($1) ORDER BY msg_id", &ids, 0, 0, max_bytes, out, read_upto);
 }
 
 bool SqlRowSource::rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,
-                              std::vector<engine::Row> *out) {
-  return rows(s, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, after, limit, out);
+                              size_t max_bytes, std::vector<engine::Row> *out) {
+  int64_t upto = 0;
+  return rows(s, "WHERE msg_id > $1 ORDER BY msg_id LIMIT $2", nullptr, after, limit, max_bytes,
+              out, &upto);
 }
 
 bool SqlRowSource::max_id(const engine::StreamInfo &s, int64_t *id) {
@@ -605,8 +621,8 @@ bool SqlRowSource::app_table(pg::SpiTx &tx, std::string *target, bool *utc) {
   if (t.rows() == 0)
     refused = "pgbus_stream.stats_table \"" + stats_table_ + "\" does not exist";
   else if (t.at(0, 2))
-    refused = "pgbus_stream.stats_table \"" + stats_table_ + "\" is not written because " +
-              *t.at(0, 2);
+    refused =
+        "pgbus_stream.stats_table \"" + stats_table_ + "\" is not written because " + *t.at(0, 2);
   if (!refused.empty()) {
     const int64_t now = (int64_t)time(nullptr);
     if (refused != last_refusal_ || now - last_refusal_at_ >= 60) {
@@ -627,18 +643,21 @@ bool SqlRowSource::app_table(pg::SpiTx &tx, std::string *target, bool *utc) {
 
 bool SqlRowSource::store_app_history(const std::string &json) {
   bool written = false;
-  return run("history store", [&](pg::SpiTx &tx) {
-    std::string table;
-    bool utc = false;
-    if (!(written = app_table(tx, &table, &utc)))
-      return;
-    tx.query("INSERT INTO " + table +
-                 " (stream_name, event_type, duration_ms, fanout, created_at) "
-                 "SELECT s, e, round(d), CASE WHEN e = 'broadcast' THEN f END, " +
-                 (utc ? "now() AT TIME ZONE 'UTC'" : "now()") +
-                 " FROM jsonb_to_recordset($1::jsonb) AS r(s text, e text, d float8, f int)",
-             {pg::Arg::txt(json)}, false);
-  }) && written;
+  return run("history store",
+             [&](pg::SpiTx &tx) {
+               std::string table;
+               bool utc = false;
+               if (!(written = app_table(tx, &table, &utc)))
+                 return;
+               tx.query(
+                   "INSERT INTO " + table +
+                       " (stream_name, event_type, duration_ms, fanout, created_at) "
+                       "SELECT s, e, round(d), CASE WHEN e = 'broadcast' THEN f END, " +
+                       (utc ? "now() AT TIME ZONE 'UTC'" : "now()") +
+                       " FROM jsonb_to_recordset($1::jsonb) AS r(s text, e text, d float8, f int)",
+                   {pg::Arg::txt(json)}, false);
+             }) &&
+         written;
 }
 
 bool SqlRowSource::prune_app_history(int64_t max_age_s) {

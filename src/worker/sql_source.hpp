@@ -23,9 +23,9 @@ private:
                          bool *vanished);
 
 public:
-  bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
-                  std::vector<engine::Row> *out) override;
-  bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,
+  bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids, size_t max_bytes,
+                  std::vector<engine::Row> *out, int64_t *read_upto) override;
+  bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit, size_t max_bytes,
                   std::vector<engine::Row> *out) override;
   bool max_id(const engine::StreamInfo &s, int64_t *id) override;
   bool nth_newest(const engine::StreamInfo &s, int64_t n, int64_t *id) override;
@@ -47,7 +47,8 @@ public:
 
 private:
   bool rows(const engine::StreamInfo &s, const std::string &where, const std::vector<int64_t> *ids,
-            int64_t after, int64_t limit, std::vector<engine::Row> *out);
+            int64_t after, int64_t limit, size_t max_bytes, std::vector<engine::Row> *out,
+            int64_t *read_upto);
   bool rows_one_by_one(const engine::StreamInfo &s, const std::string &sql,
                        const std::string &where, const std::vector<pg::Arg> &args,
                        std::vector<engine::Row> *out);

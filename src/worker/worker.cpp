@@ -243,6 +243,7 @@ metrics::Snapshot snapshot(const Hub &hub) {
   s.delivered = c.delivered;
   s.dropped = c.dropped;
   s.catch_ups = c.overruns;
+  s.rows_read = c.rows_read;
   s.ring_overflows = pg_atomic_read_u64(&sh->ring_overflows);
   s.database_ok = database_ok;
   // Without admin_token every client of these routes is anonymous: private

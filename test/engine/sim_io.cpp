@@ -45,27 +45,42 @@ SimStream *by_id(World &w, int64_t id) {
   return nullptr;
 }
 
+// As the SQL source: ascending, stopping after the row that brings the
+// payload bytes to max_bytes (not before ids.front()).
 bool Source::rows_by_id(const engine::StreamInfo &si, const std::vector<int64_t> &ids,
-                        std::vector<engine::Row> *out) {
+                        size_t max_bytes, std::vector<engine::Row> *out, int64_t *read_upto) {
   if (!ok(si.id))
     return false;
   SimStream *s = by_id(w_, si.id);
-  for (int64_t id : ids) {
+  std::vector<int64_t> sorted(ids);
+  std::sort(sorted.begin(), sorted.end());
+  *read_upto = INT64_MAX;
+  size_t bytes = 0;
+  for (int64_t id : sorted) {
     auto it = s->table.find(id);
-    if (it != s->table.end())
-      out->push_back(it->second);
+    if (it == s->table.end())
+      continue;
+    out->push_back(it->second);
+    bytes += it->second.data.size();
+    if (bytes >= max_bytes && id >= ids.front() && id != sorted.back()) {
+      *read_upto = id;
+      break;
+    }
   }
   return true;
 }
 
 bool Source::rows_after(const engine::StreamInfo &si, int64_t after, int64_t limit,
-                        std::vector<engine::Row> *out) {
+                        size_t max_bytes, std::vector<engine::Row> *out) {
   if (!ok(si.id))
     return false;
   SimStream *s = by_id(w_, si.id);
-  for (auto it = s->table.upper_bound(after); it != s->table.end() && (int64_t)out->size() < limit;
-       ++it)
+  size_t bytes = 0;
+  for (auto it = s->table.upper_bound(after);
+       it != s->table.end() && (int64_t)out->size() < limit && bytes < max_bytes; ++it) {
     out->push_back(it->second);
+    bytes += it->second.data.size();
+  }
   return true;
 }
 

@@ -42,6 +42,8 @@ World::World(Choices &c) : ch(c) {
   // rounds are 3 ms apart: rows kept for up to a few rounds beyond the count
   cfg.memory_retention_us = ch.chance(50) ? 0 : ch.below(12000);
   cfg.replay_page_size = 1 + ch.below(5);
+  // Byte-bounded reads: often small enough to cut a page after a row or two.
+  cfg.replay_page_bytes = ch.chance(50) ? 1 + ch.below(300) : 1 << 20;
   cfg.max_token_bytes = 40 + ch.below(200);
   cfg.overflow_policy = OverflowPolicy::Lag;
   cfg.stream_linger_us = ch.chance(50) ? 0 : ch.below(30000); // rounds are 3 ms apart

@@ -120,9 +120,9 @@ public:
   explicit Source(World &w) : w_(w) {}
   bool load_catalog(const engine::CatalogFilter &which,
                     std::vector<engine::StreamInfo> *out) override;
-  bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids,
-                  std::vector<engine::Row> *out) override;
-  bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit,
+  bool rows_by_id(const engine::StreamInfo &s, const std::vector<int64_t> &ids, size_t max_bytes,
+                  std::vector<engine::Row> *out, int64_t *read_upto) override;
+  bool rows_after(const engine::StreamInfo &s, int64_t after, int64_t limit, size_t max_bytes,
                   std::vector<engine::Row> *out) override;
   bool max_id(const engine::StreamInfo &s, int64_t *id) override;
   bool nth_newest(const engine::StreamInfo &s, int64_t n, int64_t *id) override;

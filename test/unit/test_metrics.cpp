@@ -463,6 +463,7 @@ Snapshot sample_snapshot() {
   s.dropped = 3;
   s.catch_ups = 5;
   s.ring_overflows = 1;
+  s.rows_read = 7;
   StreamFigures chat = stream("chat", 100);
   chat.has_latency = true;
   chat.latency_p50_ms = 0.512;
@@ -533,6 +534,7 @@ TEST(Prometheus, EveryFamilyHasHelpAndTheRightType) {
       {"pgbus_stream_dropped_total", "counter"},
       {"pgbus_stream_catch_ups_total", "counter"},
       {"pgbus_stream_ring_overflows_total", "counter"},
+      {"pgbus_stream_rows_read_total", "counter"},
       {"pgbus_stream_stream_subscribers", "gauge"},
       {"pgbus_stream_stream_emitted_total", "counter"},
       {"pgbus_stream_stream_delivered_total", "counter"},
@@ -561,6 +563,7 @@ TEST(Prometheus, WorkerFigures) {
   EXPECT_EQ(e.value("pgbus_stream_dropped_total", w), 3);
   EXPECT_EQ(e.value("pgbus_stream_catch_ups_total", w), 5);
   EXPECT_EQ(e.value("pgbus_stream_ring_overflows_total", w), 1);
+  EXPECT_EQ(e.value("pgbus_stream_rows_read_total", w), 7);
 }
 
 TEST(Prometheus, UpIsZeroWhenTheDatabaseFails) {
@@ -675,6 +678,7 @@ TEST(Json, AllFields) {
   EXPECT_EQ(j["totals"]["dropped"].n, 3);
   EXPECT_EQ(j["totals"]["catch_ups"].n, 5);
   EXPECT_EQ(j["totals"]["ring_overflows"].n, 1);
+  EXPECT_EQ(j["totals"]["rows_read"].n, 7);
   ASSERT_EQ(j["streams"].items.size(), 2u);
   const Json &chat = j["streams"].items[0];
   EXPECT_EQ(chat["name"].s, "chat");
