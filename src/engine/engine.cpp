@@ -352,7 +352,6 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     }
     if (it->second.unreadable) {
       flush_batch();
-      st.tail_drop(e.msg_id); // a replay across it pages the table, which names it
       deleted(st, e.msg_id, "unreadable");
       continue;
     }
@@ -584,10 +583,12 @@ void Engine::remember_unread(Stream &st, int64_t id) {
 
 // The ring says the row was committed, the table no longer has it (deleted
 // or archived away before the worker read it) or has it unreadable:
-// announced, never skipped silently.
+// announced, never skipped silently. The tail never held it, so a replay
+// across it pages the table, whose pages name it (take_page).
 void Engine::deleted(Stream &st, int64_t id, const char *reason) {
   if (st.pos.covers(id))
     return;
+  st.tail_drop(id);
   batch_.failed++;
   for (Connection *c : std::vector<Connection *>(st.conns))
     for (size_t k = 0; k < c->subs.size(); ++k)
