@@ -224,7 +224,6 @@ public:
   size_t live_events() const { return live_events_; }
 
 private:
-  friend struct Delivery;
   Stream *find_by_name(const std::string &name);
   // find_by_name, else the catalog (one query), unless the name is known to
   // be unknown; *failed when the catalog could not be read.
