@@ -16,8 +16,12 @@
 #     (held twice while it is converted) and one being encoded. Each read
 #     holds one such row (replay_page_bytes). Before: 22 times one row with
 #     a copy per subscriber, 40 times with the copies of the read.
+#  C. The message's fields read as ->> reads them (non-string members,
+#     null, scalars, arrays), the same whether the payload came through
+#     shared memory (a live subscriber) or was read back from the table (a
+#     replay; memory_retention = 0, so no tail).
 #
-# The clients read with HTTP/1.0 (raw bytes, no chunks) and only count what
+# The clients of A and B read with HTTP/1.0 (raw bytes, no chunks) and only count what
 # arrives, so they stay small however large the rows are.
 use strict;
 use warnings;
@@ -30,13 +34,14 @@ use IO::Socket::IP;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
-use PgbusNode;
+use PgbusNode qw(frames_ok);
 
 $SIG{PIPE} = 'IGNORE';
 
 my $SUBS = 20;
 my $MB = 1024 * 1024;
-my $pg = PgbusNode->new('bigmem', conf => "pgbus_stream.workers = 1\nshared_buffers = 16MB\n");
+my $pg = PgbusNode->new('bigmem',
+	conf => "pgbus_stream.workers = 1\nshared_buffers = 16MB\npgbus_stream.memory_retention = 0\n");
 $pg->create_stream('big');
 my ($worker) = $pg->worker_pids;
 ok($worker, "worker pid $worker");
@@ -162,6 +167,33 @@ $g = measure('five 8 MB rows in one transaction',
 	'SELECT pgbus_stream.broadcast(\'big\', ' . payload_sql('i', 8) . ') FROM generate_series(1, 5) i', 5);
 cmp_ok($g, '<', 8 * 8 * 1024,
 	sprintf('5 x 8 MB in one transaction: peak +%.1f MB (%.1f times one row; bound 8)', $g / 1024, $g / 1024 / 8));
+
+# C. Messages of every shape, as the worker renders them (its event name
+# when valid, else the default), against the SQL operators' reading.
+$pg->create_stream('shapes');
+my ($qs, $qt) = split /\|/,
+  $pg->safe_psql('postgres', "SELECT queue_schema, queue_table FROM pgbus_stream.streams WHERE name = 'shapes'");
+my $live = $pg->open_stream('shapes');
+my ($since) = $live->body =~ /since_id=(\S+)/;
+$pg->safe_psql('postgres', qq{INSERT INTO "$qs"."$qt" (vt, message) VALUES
+  (now(), '{"html": {"a": [1, 2]}, "event": 5}'), (now(), '{"html": 12.50}'),
+  (now(), '{"html": true, "event": "x:y"}'), (now(), '{"html": null, "event": null}'),
+  (now(), '"just text"'), (now(), '[1, {"b": null}]'), (now(), '{"v": 2, "event": false}'),
+  (now(), '{"html": "plain", "visible_to": null, "exclude": 7}'), (now(), '{"html": "a\\nb"}')});
+my $rows = $pg->safe_psql('postgres', qq{
+SELECT msg_id,
+       coalesce(CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END, 'turbo-stream'),
+       CASE WHEN jsonb_typeof(message) = 'object' AND message ? 'html' THEN message->>'html'
+            ELSE message::text END
+FROM "$qs"."$qt" ORDER BY msg_id});
+my @want = map { my ($id, $ev, $d) = split /\|/, $_, 3; [ $id, $d, $ev ] } split /\n(?=\d+\|)/, $rows;
+is(scalar @want, 9, 'nine messages of different shapes');
+ok($live->wait_for_data_events(9, 15), 'live: every message arrives');
+frames_ok([ $live->data_events ], \@want, $since, 'live (payloads through shared memory)');
+my $replay = $pg->sse('/streams/shapes?replay=all');
+ok($replay->wait_for_data_events(9, 15), 'replay: every message arrives');
+frames_ok([ $replay->data_events ], \@want, undef, 'replay (messages read from the table)');
+$_->close for $live, $replay;
 
 $pg->finish;
 done_testing();
