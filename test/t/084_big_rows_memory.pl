@@ -7,15 +7,15 @@
 #     the one encoded body. Reading the message with an expression per
 #     envelope field detoasted the message once per operator (about ten
 #     copies held at once), then copied it through the SPI tuple, the C++
-#     row and the body: over 10 times the payload.
+#     row and the body: 11 times the payload.
 #  B. Five 8 MB rows in one transaction to 20 new subscribers: the peak
 #     rises by less than 8 times one row: each row once, however many
 #     subscribers page it (the connections that page a row from the table
 #     share one body instead of encoding a copy each; subscribers reading at
 #     different speeds may hold all five at once), plus one row being read
 #     (held twice while it is converted) and one being encoded. Each read
-#     holds one such row (replay_page_bytes). Before: 22 times one row with
-#     a copy per subscriber, 40 times with the copies of the read.
+#     holds one such row (replay_page_bytes). Before: 32 times one row (22
+#     with the read's copies gone: a body per subscriber that paged it).
 #  C. The message's fields read as ->> reads them (non-string members,
 #     null, scalars, arrays), the same whether the payload came through
 #     shared memory (a live subscriber) or was read back from the table (a
