@@ -22,8 +22,9 @@
 # Prints one line per attempt: the stop's phase, seconds from the kill to
 # the stop, seconds from the stop until the postmaster was gone (or
 # STILL UP), and the log's last lines of the startup process; each
-# attempt's log is kept in /tmp/shutdown_in_recovery.{with,without}-library.N.log. Bounded: each
-# attempt takes at most about two minutes.
+# attempt's log is kept in /tmp/shutdown_in_recovery.{with,without}-library.N.log.
+# Bounded: each wait is at most 60 s; an attempt took 1.5 to 3 minutes on
+# a loaded 2-core machine (the churn is most of it).
 set -euo pipefail
 ATTEMPTS=3 CYCLES=1000 WITH_LIB=1
 while [ $# -gt 0 ]; do
