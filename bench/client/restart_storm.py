@@ -7,9 +7,11 @@ does) and connects again, until it is served (200 and its opening frames).
 
 WORKER_PID_CMD prints the worker's pid (a shell command, run before the
 restart and after it, to sample the new worker's CPU). Prints one JSON line:
-connected, reconnected, seconds_to_all_back, non_200 (statuses other than
-200 met on the way), retry_min/max, worker_cpu_peak (share of a core over
-the busiest 0.5 s), worker_cpu_s (CPU seconds of the new worker until all
+connected, reconnected, seconds_to_all_back, seconds_to_new_worker (seen by
+polling every 0.5 s), back_p50_s/p90/p99 (when the clients were served
+again, from the stop), non_200 (statuses other than 200 met on the way), retry_min/max, worker_cpu_peak (share of a core over
+the busiest 0.5 s), listen_overflows (the host's accept-queue drops
+meanwhile), worker_cpu_s (CPU seconds of the new worker until all
 were back).
 """
 import asyncio, json, os, resource, subprocess, sys, time
@@ -22,6 +24,17 @@ state = {'non200': 0, 'back': 0, 'retries': []}
 def worker_pid():
     out = subprocess.run(PID_CMD, shell=True, capture_output=True, text=True).stdout.split()
     return int(out[0]) if out else None
+
+
+def listen_overflows():
+    """The host's TcpExt ListenOverflows (connections the kernel dropped on
+    a full accept queue; every listener of the host counts)."""
+    try:
+        with open('/proc/net/netstat') as f:
+            rows = [ln.split() for ln in f if ln.startswith('TcpExt:')]
+        return int(rows[1][rows[0].index('ListenOverflows')])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cpu_ticks(pid):
@@ -101,8 +114,8 @@ async def client(i, restarted, started):
                 continue
             if status == 200 and served:
                 state['back'] += 1
-                state.setdefault('last_back', time.time())
                 state['last_back'] = time.time()
+                state.setdefault('back_at', []).append(state['last_back'])
                 return w
             if status != 200:
                 state['non200'] += 1
@@ -124,6 +137,7 @@ async def main():
             await asyncio.sleep(0.05)
     await asyncio.wait_for(started.wait(), 300)
     old = worker_pid()
+    overflows0 = listen_overflows()
     t0 = time.time()
     os.kill(old, 15)
     restarted.set()
@@ -137,6 +151,7 @@ async def main():
             if p and p != old:
                 new = p
                 first = cpu_ticks(new)
+                state['new_worker_at'] = time.time()
         if new is not None:
             samples.append((time.time(), cpu_ticks(new)))
     peak = 0.0
@@ -144,10 +159,16 @@ async def main():
         if ca is not None and cb is not None:
             peak = max(peak, (cb - ca) / HZ / (tb - ta))
     total = (samples[-1][1] - first) / HZ if samples and first is not None and samples[-1][1] is not None else None
+    overflows1 = listen_overflows()
+    back = sorted(t - t0 for t in state.get('back_at', []))
+    pct = lambda q: round(back[min(len(back) - 1, int(q * len(back)))], 2) if back else None
     print(json.dumps({'connected': N, 'reconnected': state['back'], 'non_200': state['non200'],
                       'seconds_to_all_back': round(state.get('last_back', t0) - t0, 2),
+                      'seconds_to_new_worker': round(state['new_worker_at'] - t0, 2) if 'new_worker_at' in state else None,
+                      'back_p50_s': pct(0.5), 'back_p90_s': pct(0.9), 'back_p99_s': pct(0.99),
                       'retry_min': min(state['retries']), 'retry_max': max(state['retries']),
                       'statuses': state.get('statuses', {}), 'resets': state.get('resets', 0),
+                      'listen_overflows': overflows1 - overflows0 if None not in (overflows0, overflows1) else None,
                       'worker_cpu_peak': round(peak, 2),
                       'worker_cpu_s': round(total, 2) if total is not None else None}))
     for t in tasks:

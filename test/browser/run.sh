@@ -120,6 +120,7 @@ CREATE EXTENSION pgbus_stream;
 SELECT pgbus_stream.create_stream('chat', public => true);
 SELECT pgbus_stream.create_stream('contract', public => true);
 SELECT pgbus_stream.create_stream('reconnect', public => true);
+SELECT pgbus_stream.create_stream('firstdrop', public => true);
 SELECT pgbus_stream.create_stream('auth_signed');
 SELECT pgbus_stream.create_stream('auth_cookie');
 SELECT pgbus_stream.create_stream('ai_chat_3a4f9c21b7d20e18_messages');
