@@ -350,9 +350,14 @@ stage_tap() {
 	# Every node takes its ports through PostgreSQL::Test::Cluster's port
 	# locks, so files never collide.
 	local jobs=${PROVE_JOBS:-$((JOBS + 1))}
+	# TESTDATADIR and TESTLOGDIR (read from PostgreSQL 16 on; 15 derives the
+	# same directories from TESTDIR): the nodes' data directories as absolute
+	# paths, which tests hand to the server (whose working directory is its
+	# data directory), and the logs where 15 keeps them.
 	# shellcheck disable=SC2086
 	(cd "$CHECK_DIR/tap" && as_test_user env \
 		PATH="$PGBIN:$PATH" PG_REGRESS="$PG_REGRESS" TESTDIR="$CHECK_DIR/tap" \
+		TESTDATADIR="$CHECK_DIR/tap/tmp_check" TESTLOGDIR="$CHECK_DIR/tap/tmp_check/log" \
 		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" \
 		prove --timer -j"$jobs" ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}") 2>&1 \
 		| tee "$CHECK_DIR/tap/prove.out"
