@@ -506,6 +506,13 @@ stage_pg17() {
 	prepare_wait pg17 "$PG17_DIR/prepare" || return 1
 	root=$PREPARE_OUT
 	copy_tree "$root$PG17_TREE" || return 1
+	# The browser test's node modules, when the tree has none, are fetched
+	# from the machine: npm there has the machine's certificates and proxy
+	# settings, which the root does not.
+	if [[ ",$(pg17_stages)," == *",browser,"* ]] && [ ! -d "$root$PG17_TREE/test/browser/node_modules" ] &&
+		command -v npm >/dev/null; then
+		(cd "$root$PG17_TREE/test/browser" && npm ci --no-audit --no-fund --loglevel=error) || return 1
+	fi
 	chmod -R a+rX "$root$PG17_TREE"
 	# shellcheck disable=SC2016
 	PG_MAJOR=17 "$REPO/test/pg_chroot.sh" --run /bin/sh -c 'cd "$6" &&
