@@ -14,11 +14,15 @@ SELECT count(*) AS listed FROM pg_settings
                 'pgbus_stream.token_cookie');
 CREATE ROLE pgbus_settings_plain;
 SET ROLE pgbus_settings_plain;
+-- The refusal by its code, 42501 (insufficient_privilege): its wording
+-- changed in PostgreSQL 16.
+\set VERBOSITY sqlstate
 SHOW pgbus_stream.admin_token;
 SHOW pgbus_stream.signing_secret;
 SHOW pgbus_stream.secret_key_base;
 SHOW pgbus_stream.jwt_secret;
 SHOW pgbus_stream.token_cookie;
+\set VERBOSITY terse
 SHOW pgbus_stream.overflow_policy;
 SET pgbus_stream.max_pending_events = 100;
 SET pgbus_stream.queue_prefix = 'x_';

@@ -31,14 +31,16 @@
 #             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
 #             built once from Debian's source package, then reused from its
 #             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
-#   pg18      (only when asked: --only pg18) build (warnings as errors), install, regress, tap, the browser's
+#   pg18      build (warnings as errors), install, regress, tap, the browser's
 #             edge test and logs against PostgreSQL 18 built with
 #             --enable-cassert (test/pg_cassert.sh 18: sid's source package,
 #             built once and cached), on a copy of the tree in $PGBUS_PG18_DIR
-#   pg17      (only when asked: --only pg17) the same stages, and package, against Debian trixie's
-#             PostgreSQL 17 packages, inside a trixie root made once by
-#             test/pg_chroot.sh (root only; the servers listen on the
-#             machine's loopback)
+#   pg17      build (warnings as errors), install, regress, the browser's edge
+#             test, package and logs against Debian trixie's PostgreSQL 17
+#             packages, inside a trixie root made once by test/pg_chroot.sh
+#             (root only; the servers listen on the machine's loopback). The
+#             TAP suite too when pg17 is named (--only pg17): the default run
+#             leaves it to 15 and 18, to stay within the hour
 #             Both start preparing their server in the background when the
 #             run begins (log: <dir>/prepare.log), while the other stages run.
 #   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
@@ -67,7 +69,9 @@
 # PROVE_FLAGS (extra prove options), PROVE_JOBS (TAP files at once, default
 # JOBS + 1), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
 # PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
-# PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh).
+# PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh), PGBUS_PG18_DIR,
+# PGBUS_PG17_DIR, PGBUS_PG17_TREE (where pg18 and pg17 work),
+# PGBUS_NESTED_STAGES (the stages pg18 and pg17 run, instead of theirs).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -350,9 +354,14 @@ stage_tap() {
 	# Every node takes its ports through PostgreSQL::Test::Cluster's port
 	# locks, so files never collide.
 	local jobs=${PROVE_JOBS:-$((JOBS + 1))}
+	# TESTDATADIR and TESTLOGDIR (read from PostgreSQL 16 on; 15 derives the
+	# same directories from TESTDIR): the nodes' data directories as absolute
+	# paths, which tests hand to the server (whose working directory is its
+	# data directory), and the logs where 15 keeps them.
 	# shellcheck disable=SC2086
 	(cd "$CHECK_DIR/tap" && as_test_user env \
 		PATH="$PGBIN:$PATH" PG_REGRESS="$PG_REGRESS" TESTDIR="$CHECK_DIR/tap" \
+		TESTDATADIR="$CHECK_DIR/tap/tmp_check" TESTLOGDIR="$CHECK_DIR/tap/tmp_check/log" \
 		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" \
 		prove --timer -j"$jobs" ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}") 2>&1 \
 		| tee "$CHECK_DIR/tap/prove.out"
@@ -460,6 +469,18 @@ PG17_DIR=${PGBUS_PG17_DIR:-/tmp/pgbus_stream_pg17}
 NESTED_STAGES=${PGBUS_NESTED_STAGES:-build,install,regress,tap,browser,logs}
 # Where pg17 copies the tree inside its root.
 PG17_TREE=${PGBUS_PG17_TREE:-/opt/pgbus_stream}
+# pg17's stages: the package besides, and the TAP suite only when pg17 is
+# named (--only pg17); the default run has it on 15, 15 with assertions and
+# 18 with assertions already, and a fourth run would pass the hour.
+pg17_stages() {
+	if [ -n "${PGBUS_NESTED_STAGES:-}" ]; then
+		echo "$PGBUS_NESTED_STAGES"
+	elif asked pg17; then
+		echo "$NESTED_STAGES,package"
+	else
+		echo "build,install,regress,browser,package,logs"
+	fi
+}
 
 # stage_pg18: PostgreSQL 18 with assertions (test/pg_cassert.sh 18).
 stage_pg18() {
@@ -485,13 +506,20 @@ stage_pg17() {
 	prepare_wait pg17 "$PG17_DIR/prepare" || return 1
 	root=$PREPARE_OUT
 	copy_tree "$root$PG17_TREE" || return 1
+	# The browser test's node modules, when the tree has none, are fetched
+	# from the machine: npm there has the machine's certificates and proxy
+	# settings, which the root does not.
+	if [[ ",$(pg17_stages)," == *",browser,"* ]] && [ ! -d "$root$PG17_TREE/test/browser/node_modules" ] &&
+		command -v npm >/dev/null; then
+		(cd "$root$PG17_TREE/test/browser" && npm ci --no-audit --no-fund --loglevel=error) || return 1
+	fi
 	chmod -R a+rX "$root$PG17_TREE"
 	# shellcheck disable=SC2016
 	PG_MAJOR=17 "$REPO/test/pg_chroot.sh" --run /bin/sh -c 'cd "$6" &&
 		PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config WERROR=-Werror PGBUS_BROWSER_TESTS=edge \
 		JOBS=$1 PROVE_JOBS=$2 PROVE_TESTS="$3" PROVE_FLAGS="$4" \
 		./test/run_all.sh --only "$5"' sh "$JOBS" "${PROVE_JOBS:-}" "${PROVE_TESTS:-}" "${PROVE_FLAGS:-}" \
-		"${PGBUS_NESTED_STAGES:-$NESTED_STAGES,package}" "$PG17_TREE"
+		"$(pg17_stages)" "$PG17_TREE"
 	local rc=$?
 	# The logs stay readable from the machine.
 	rm -rf "$PG17_DIR/check"
@@ -548,10 +576,10 @@ run_stage checks stage_checks
 # The slow preparations of pg18 and pg17 (once per machine) in the
 # background, while the other stages run; after deps, which installs what
 # they need.
-if asked pg18; then
+if wanted pg18; then
 	prepare_bg pg18 "$PG18_DIR/prepare" env JOBS="$JOBS" "$REPO/test/pg_cassert.sh" 18
 fi
-if asked pg17 && [ $IS_ROOT -eq 1 ]; then
+if wanted pg17 && [ $IS_ROOT -eq 1 ]; then
 	prepare_bg pg17 "$PG17_DIR/prepare" env PG_MAJOR=17 "$REPO/test/pg_chroot.sh"
 fi
 run_stage build stage_build
@@ -585,10 +613,8 @@ else
 fi
 run_stage package stage_package
 run_stage cassert stage_cassert
-# Not yet part of the default run (their full TAP suites have not passed
-# on this tree yet): ./test/run_all.sh --only pg18,pg17,logs.
-if asked pg18; then run_stage pg18 stage_pg18; fi
-if asked pg17; then run_stage pg17 stage_pg17; fi
+run_stage pg18 stage_pg18
+run_stage pg17 stage_pg17
 run_stage logs stage_logs
 # The default run plants a rotating third of the faults (every fault within
 # three days of CI runs); --only mutations plants them all.

@@ -4,7 +4,9 @@
 #
 # A. An application role owns an auto-attached PGMQ queue, empties it of
 #    indexes and identity and turns it into a view (a "_RETURN" rule, still
-#    possible on PostgreSQL 15) whose rows call its own function. One
+#    possible on PostgreSQL 15; from 16, which refuses that, it renames the
+#    table away and makes a view of the queue's name, which the stream finds
+#    by name just the same) whose rows call its own function. One
 #    authorised request for the stream made the worker read the view as
 #    superuser: the function made the role SUPERUSER.
 # B. The same with no request at all: a page visit hooked the queue, the
@@ -79,18 +81,24 @@ END $f$;
 }), 'the application role defines its function');
 
 # to_view turns an empty PGMQ queue of the owner into a view calling evil().
+my $rule_makes_view = q1('SHOW server_version_num') < 160000;
 sub to_view
 {
 	my ($q, $at) = @_;
+	my $rows = qq{SELECT applog.evil('$at') AS msg_id, 0 AS read_ct, now() AS enqueued_at,
+         NULL::timestamptz AS last_read_at, now() AS vt, '{"html": "x"}'::jsonb AS message, NULL::jsonb AS headers};
+	return as_app(qq{
+DROP TRIGGER IF EXISTS pgbus_stream_capture ON pgmq.q_$q;
+ALTER TABLE pgmq.q_$q RENAME TO q_${q}_away;
+CREATE VIEW pgmq.q_$q AS $rows;
+}) if !$rule_makes_view;
 	return as_app(qq{
 DROP TRIGGER IF EXISTS pgbus_stream_capture ON pgmq.q_$q;
 ALTER TABLE pgmq.q_$q DROP CONSTRAINT q_${q}_pkey;
 DROP INDEX pgmq.q_${q}_vt_idx;
 ALTER TABLE pgmq.q_$q ALTER COLUMN msg_id DROP IDENTITY;
 VACUUM pgmq.q_$q; -- clears relhastriggers and relhasindex
-CREATE RULE "_RETURN" AS ON SELECT TO pgmq.q_$q DO INSTEAD
-  SELECT applog.evil('$at') AS msg_id, 0 AS read_ct, now() AS enqueued_at, NULL::timestamptz AS last_read_at,
-         now() AS vt, '{"html": "x"}'::jsonb AS message, NULL::jsonb AS headers;
+CREATE RULE "_RETURN" AS ON SELECT TO pgmq.q_$q DO INSTEAD $rows;
 });
 }
 
