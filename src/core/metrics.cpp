@@ -198,9 +198,9 @@ void json_stream(std::string &out, const StreamFigures &f) {
   json_string(out, f.name);
   const std::pair<const char *, int64_t> ints[] = {
       {"subscribers", f.subscribers}, {"emitted", f.emitted},
-      {"queued", f.queued},       {"overflow_dropped", f.overflow_dropped},
-      {"failed", f.failed},       {"bytes_queued", f.bytes_queued},
-      {"newest_id", f.newest_id}, {"horizon", f.horizon}};
+      {"queued", f.queued},           {"overflow_dropped", f.overflow_dropped},
+      {"failed", f.failed},           {"bytes_queued", f.bytes_queued},
+      {"newest_id", f.newest_id},     {"horizon", f.horizon}};
   for (const auto &[key, value] : ints) {
     out.append(",");
     json_key(out, key);
@@ -289,10 +289,11 @@ std::string render_prometheus(const Snapshot &s) {
                 "This worker's horizon for the stream (every msg_id up to it is settled).",
                 [](const StreamFigures &f) { return f.horizon; });
   latency_histogram(w, s);
-  stream_family(w, s, "pgbus_stream_stream_delivered_total", "counter",
-                "Deprecated alias of pgbus_stream_stream_queued_total (0.2.0's name; removed in the "
-                "next version).",
-                [](const StreamFigures &f) { return f.queued; });
+  stream_family(
+      w, s, "pgbus_stream_stream_delivered_total", "counter",
+      "Deprecated alias of pgbus_stream_stream_queued_total (0.2.0's name; removed in the "
+      "next version).",
+      [](const StreamFigures &f) { return f.queued; });
   stream_family(w, s, "pgbus_stream_stream_bytes_sent_total", "counter",
                 "Deprecated alias of pgbus_stream_stream_bytes_queued_total (0.2.0's name; removed "
                 "in the next version).",

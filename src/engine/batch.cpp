@@ -90,7 +90,8 @@ void Engine::flush_batch() {
         // it pages from (ids committed out of order), as in deliver().
         Row row;
         row.msg_id = rows[i].msg_id;
-        const uint64_t before = counters_.queued, lost = counters_.overflow_dropped, by = batch_.bytes_queued;
+        const uint64_t before = counters_.queued, lost = counters_.overflow_dropped,
+                       by = batch_.bytes_queued;
         deliver(*c, 0, row, rows[i].body); // its own id line: a size of its own
         got[i] += (int64_t)(counters_.queued - before);
         dropped[i] += (int64_t)(counters_.overflow_dropped - lost);

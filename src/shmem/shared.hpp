@@ -34,7 +34,7 @@ struct LatencyWindows {
 // are the README's "Glossary of figures".
 struct StreamStats {
   pg_atomic_uint64 subscribers; // gauge
-  pg_atomic_uint64 queued; // frames put on connections' queues
+  pg_atomic_uint64 queued;      // frames put on connections' queues
   pg_atomic_uint64 overflow_dropped;
   pg_atomic_uint64 failed;
   pg_atomic_uint64 bytes_queued;

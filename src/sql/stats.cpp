@@ -14,15 +14,11 @@ extern "C" {
 #include "utils/tuplestore.h"
 #include "datatype/timestamp.h"
 #include "storage/lwlock.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_stream_stats);
-PG_FUNCTION_INFO_V1(pgbus_stream_worker_stats);
-PG_FUNCTION_INFO_V1(pgbus_stream_connections);
-PG_FUNCTION_INFO_V1(pgbus_stream_diagnostics);
 }
+#include "pg/guard.hpp"
 
 // _stream_stats(): one row per stream of this database known to shared memory.
-extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_stream_stats) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Shared *s = pgbs::shmem::shared();
@@ -57,7 +53,7 @@ extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
 }
 
 // _worker_stats(): one row per running worker.
-extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_worker_stats) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Shared *s = pgbs::shmem::shared();
@@ -95,7 +91,7 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
 }
 
 // connections(): one row per live SSE connection, from every worker.
-extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_connections) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Shared *s = pgbs::shmem::shared();
@@ -152,7 +148,7 @@ static Datum unix_us_to_timestamptz(int64 us) {
 
 // diagnostics(): the ring of recent lifecycle events, oldest first, with the
 // number of older entries it no longer holds.
-extern "C" Datum pgbus_stream_diagnostics(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_diagnostics) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Diagnostics *d = &pgbs::shmem::shared()->diagnostics;

@@ -743,8 +743,8 @@ TEST(Json, NonFiniteLatencyIsNull) {
 TEST(StatusPage, SelfContainedWithTheElementsTheBrowserTestReads) {
   const std::string &page = pgbs::http::status_page_html();
   EXPECT_EQ(page.compare(0, 15, "<!doctype html>"), 0);
-  for (const char *needle : {"id=\"total-queued\"", "id=\"connections\"", "<canvas",
-                             "fetch(\"stats.json\"", "</html>"})
+  for (const char *needle :
+       {"id=\"total-queued\"", "id=\"connections\"", "<canvas", "fetch(\"stats.json\"", "</html>"})
     EXPECT_NE(page.find(needle), std::string::npos) << needle;
   // No external assets: nothing is loaded from anywhere but /stats.json.
   for (const char *needle : {"http://", "https://", "\"//", "'//", " src=", "@import", "url("})
