@@ -5,7 +5,8 @@
 
 -- ---- Hostile inputs: capped error echoes, broadcast ids, robust row reads ----
 -- _echo caps what errors quote of an argument; _draw_id gives broadcast() its
--- msg_id on a queue not hooked yet; _rows_sql clamps enqueued_at.
+-- msg_id on a queue not hooked yet; _rows_sql clamps enqueued_at and gives
+-- each message whole (the worker reads its fields, detoasting it once).
 CREATE FUNCTION @extschema@._echo(t text) RETURNS text
   AS 'MODULE_PATHNAME', 'pgbus_stream_echo' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
@@ -166,14 +167,9 @@ END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
 LANGUAGE sql STABLE AS $$
-  SELECT format($q$SELECT msg_id,
-      CASE WHEN jsonb_typeof(message) = 'object' AND message ? 'html' THEN message->>'html'
-           ELSE message::text END,
-      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
-      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
+  SELECT format($q$SELECT msg_id, message,
       least(greatest(extract(epoch FROM enqueued_at) * 1000000, -9223372036854775808),
-            9223372036854775807)::bigint,
-      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'exclude' END
+            9223372036854775807)::bigint
     FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
     s.queue_schema, s.queue_table,
     CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL

@@ -412,19 +412,15 @@ BEGIN
 END $$;
 
 -- _rows_sql builds the worker's query for a stream's rows: queue and archive,
--- envelope fields extracted (any other JSON is sent as its text). No
+-- each message whole (the worker reads the envelope's fields from it,
+-- detoasting it once; each operator on it here would detoast it again). No
 -- expression in it can fail for one row (enqueued_at = 'infinity' is
 -- clamped), so one odd row never fails the reads of its stream.
 CREATE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text
 LANGUAGE sql STABLE AS $$
-  SELECT format($q$SELECT msg_id,
-      CASE WHEN jsonb_typeof(message) = 'object' AND message ? 'html' THEN message->>'html'
-           ELSE message::text END,
-      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'event' END,
-      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'visible_to' END,
+  SELECT format($q$SELECT msg_id, message,
       least(greatest(extract(epoch FROM enqueued_at) * 1000000, -9223372036854775808),
-            9223372036854775807)::bigint,
-      CASE WHEN jsonb_typeof(message) = 'object' THEN message->>'exclude' END
+            9223372036854775807)::bigint
     FROM (SELECT msg_id, message, enqueued_at FROM %I.%I %s) m$q$,
     s.queue_schema, s.queue_table,
     CASE WHEN s.archive_table IS NOT NULL AND to_regclass(format('%I.%I', s.queue_schema, s.archive_table)) IS NOT NULL

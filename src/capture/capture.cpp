@@ -42,6 +42,7 @@ extern "C" {
 }
 #include "pg/guard.hpp"
 #include "pg/compat.hpp"
+#include "pg/envelope.hpp"
 
 namespace pgbs::capture {
 
@@ -594,27 +595,10 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
   }
 }
 
-// One optional string member of the envelope: absent or JSON null -> no
-// value; a string -> its text; anything else -> false (the worker reads the
-// row with SQL instead, which has the exact ->> semantics).
-bool envelope_member(JsonbContainer *root, const char *key, const char **val, int *len) {
-  JsonbValue vbuf;
-  JsonbValue *v = getKeyJsonValueFromContainer(root, key, (uint32)strlen(key), &vbuf);
-  *val = nullptr;
-  *len = 0;
-  if (v == nullptr || v->type == jbvNull)
-    return true;
-  if (v->type != jbvString)
-    return false;
-  *val = v->val.string.val;
-  *len = v->val.string.len;
-  return true;
-}
-
 // Copies the message's data/event/visible_to into transaction memory so the
 // workers need not read the row back: the pgbus envelope's fields, or the
 // JSON text of any other message. Returns NULL when the row is to be read by
-// the worker (too large, or an envelope with non-string members).
+// the worker (larger than inline_payload_max, or the budget is spent).
 char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 *visible_len,
                      uint64 *exclude) {
   // Budgeted before anything is converted: the JSON text is about the size of
@@ -627,38 +611,17 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
     tx.inline_full = true;
     return nullptr;
   }
-  Jsonb *jb = DatumGetJsonbP(message);
-  const char *parts[3] = {nullptr, nullptr, nullptr};
-  int lens[3] = {0, 0, 0};
-  bool has_html = false;
-  // Mirrors pgbus_stream._rows_sql(): an object's "html" member (if present)
-  // is the data, else the message's JSON text; an object's "event" and
-  // "visible_to" members are read whether or not "html" is present.
-  if (JB_ROOT_IS_OBJECT(jb)) {
-    JsonbValue vbuf;
-    JsonbValue *html = getKeyJsonValueFromContainer(&jb->root, "html", 4, &vbuf);
-    if (html != nullptr) {
-      has_html = true;
-      if (html->type == jbvString) {
-        parts[0] = html->val.string.val;
-        lens[0] = html->val.string.len;
-      } else if (html->type != jbvNull) {
-        return nullptr;
-      }
-    }
-    const char *ex = nullptr;
-    int exlen = 0;
-    if (!envelope_member(&jb->root, "event", &parts[1], &lens[1]) ||
-        !envelope_member(&jb->root, "visible_to", &parts[2], &lens[2]) ||
-        !envelope_member(&jb->root, "exclude", &ex, &exlen) ||
-        (ex != nullptr && !pgbs::auth::parse_connection_id(std::string_view(ex, exlen), exclude)))
-      return nullptr;
-  }
-  if (!has_html) {
-    char *text = JsonbToCString(nullptr, &jb->root, VARSIZE(jb));
-    parts[0] = text;
-    lens[0] = (int)strlen(text);
-  }
+  // The envelope's rule (pg/envelope.hpp), as the worker reads rows back.
+  pgbs::pg::Envelope env;
+  pgbs::pg::read_envelope(DatumGetJsonbP(message), &env);
+  const char *parts[3] = {env.text[env.Data], env.text[env.Event], env.text[env.VisibleTo]};
+  const int lens[3] = {(int)env.len[env.Data], (int)env.len[env.Event],
+                       (int)env.len[env.VisibleTo]};
+  // An exclude that names no connection excludes none, as for a row read back.
+  if (env.text[env.Exclude] == nullptr ||
+      !pgbs::auth::parse_connection_id(
+          std::string_view(env.text[env.Exclude], env.len[env.Exclude]), exclude))
+    *exclude = 0;
   Size total = (Size)lens[0] + lens[1] + lens[2];
   if (tx.inline_bytes + total + sizeof(ring::Header) > inline_budget()) {
     tx.inline_full = true;

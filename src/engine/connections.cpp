@@ -553,11 +553,10 @@ void Engine::apply_retention() {
       int64_t removed = 0, floor = 0;
       if (!read_ok(rows_.apply_retention(si, batch, &removed, &floor)))
         break;
-      if (st) {
+      if (st)
         st->info.retention_floor = std::max(st->info.retention_floor, floor);
-        if (removed > 0)
-          obs_.retention_removed(st->handle, removed);
-      }
+      if (removed > 0)
+        obs_.retention_removed(si.id, st ? st->handle : nullptr, removed);
       if (removed < batch)
         break;
     }

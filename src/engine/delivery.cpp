@@ -341,7 +341,9 @@ bool Engine::take_page(Connection &c, size_t k, std::vector<Stream::TailRow> *ou
     // committed earlier. Below the horizon every row is settled.
     for (Row &r : rows) {
       if (r.msg_id <= st.pos.horizon || st.pos.covers(r.msg_id)) {
-        items.push_back({std::move(r), Body()});
+        // (a small row is encoded when it is sent, if it fits)
+        Body body = r.data.size() > kJoinedFrameMax ? paged_body(st, r, c.one_line) : Body();
+        items.push_back({std::move(r), std::move(body)});
         continue;
       }
       wait = true;
@@ -373,6 +375,29 @@ bool Engine::take_page(Connection &c, size_t k, std::vector<Stream::TailRow> *ou
     std::sort(items.begin(), items.end(),
               [](const auto &a, const auto &b) { return a.row.msg_id < b.row.msg_id; });
   return true;
+}
+
+// The body of a large row read from the table for a page: the one another
+// connection still holds, else encoded here and offered to the next (see
+// Stream::paged_bodies). The row's data goes: the body carries it.
+Body Engine::paged_body(Stream &st, Row &row, bool one_line) {
+  if (row.unreadable)
+    return Body();
+  Stream::PagedBody &held = st.paged_bodies[row.msg_id];
+  Body body{held.lines.lock(), held.one_line.lock()};
+  if (!body)
+    body = Body{encode_body(row), nullptr};
+  row.data = std::string();
+  if (one_line)
+    body.get(true); // once, for every connection in the gem's framing
+  held.lines = body.lines;
+  held.one_line = body.one_line;
+  if (st.paged_bodies.size() >= st.paged_sweep_at) {
+    for (auto it = st.paged_bodies.begin(); it != st.paged_bodies.end();)
+      it = it->second.lines.expired() ? st.paged_bodies.erase(it) : std::next(it);
+    st.paged_sweep_at = std::max<size_t>(16, 2 * st.paged_bodies.size());
+  }
+  return body;
 }
 
 // The room a paging subscription's next page needs: that of the row that

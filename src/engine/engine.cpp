@@ -195,10 +195,6 @@ const std::vector<int64_t> &Engine::round_streams(bool full) {
   return round_ids_;
 }
 
-// Bodies up to this size are also copied into a frame with the id line
-// (shared by the connections in step with the stream, and batched).
-constexpr size_t kJoinedFrameMax = 64 * 1024;
-
 std::shared_ptr<const std::string> Engine::encode_body(const Row &row) const {
   auto body = std::make_shared<std::string>();
   body->reserve(row.data.size() + 48);

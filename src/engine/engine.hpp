@@ -224,7 +224,6 @@ public:
   size_t live_events() const { return live_events_; }
 
 private:
-  friend struct Delivery;
   Stream *find_by_name(const std::string &name);
   // find_by_name, else the catalog (one query), unless the name is known to
   // be unknown; *failed when the catalog could not be read.
@@ -268,6 +267,7 @@ private:
   size_t need(const Sub &sub) const;
   size_t need(const Connection &c) const;
   bool take_page(Connection &c, size_t sub, std::vector<TailRow> *items, bool *last);
+  Body paged_body(Stream &st, Row &row, bool one_line);
   bool push(Connection &c, OutFrame f, bool data);
   void notice(Connection &c, size_t sub, const std::string &json_fields);
   bool room(const Connection &c, size_t bytes) const;
@@ -283,6 +283,9 @@ private:
   void retain_ephemeral(Stream &st, const Row &row);
   bool read_ok(bool ok);
   std::shared_ptr<const std::string> encode_body(const Row &row) const;
+  // Bodies up to this size are also copied into a frame with the id line
+  // (shared by the connections in step with the stream, and batched).
+  static constexpr size_t kJoinedFrameMax = 64 * 1024;
   // The per-connection, per-message visibility rule (audiences); applied on
   // every path a row takes to a connection: live, tail and table replay.
   bool may_see(const Connection &c, const Row &row) const;

@@ -177,7 +177,9 @@ public:
   // the ring once more: commits that came before it missed the wake.
   virtual void wake(void *stream, bool on) = 0;
   virtual void horizon(void *stream, int64_t horizon) = 0;
-  virtual void retention_removed(void *stream, int64_t rows) = 0;
+  // Rows retention removed from a stream's table; `stream` is its handle
+  // when this process holds one, else nullptr (counted all the same).
+  virtual void retention_removed(int64_t stream_id, void *stream, int64_t rows) = 0;
   virtual void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,
                           const std::string &detail) = 0;
   // A subscription of this process waits (on) or no longer waits (off) for

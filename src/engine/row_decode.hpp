@@ -1,6 +1,6 @@
-// A stream's row as the row source's query returns it (text cells, in the
-// order of pgbus_stream._rows_sql: msg_id, data, event, visible_to,
-// enqueued_us, exclude) turned into a Row. Whatever a cell holds, nothing
+// A stream's row as the row source reads it (text cells: msg_id, data,
+// event, visible_to, enqueued_us, exclude; the message's parts as
+// pg/envelope.hpp reads them) turned into a Row. Whatever a cell holds, nothing
 // here throws: a queue row is a producer's input. Plain C++, no PostgreSQL.
 #pragma once
 #include "engine/interfaces.hpp"

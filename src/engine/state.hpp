@@ -140,6 +140,17 @@ struct Stream {
   std::map<int64_t, int64_t> aborted;
   int64_t retry_at_us = 0; // a table read failed: none before this
   int64_t backoff_us = 0;
+  // The bodies of large rows paged from the table, by id, while some
+  // connection still holds them (queued or being written): a connection
+  // paging the same row takes the same bytes instead of encoding a copy of
+  // its own, so a large row is held about once however many connections
+  // page it (Engine::paged_body). Entries whose body is gone are swept as
+  // the map grows: those left are bounded by what the connections hold.
+  struct PagedBody {
+    std::weak_ptr<const std::string> lines, one_line;
+  };
+  std::map<int64_t, PagedBody> paged_bodies;
+  size_t paged_sweep_at = 16;
 
   const std::string &token_of() const {
     if (token_stale) {

@@ -607,11 +607,13 @@ void Server::retry_later(uint64_t conn_id, const std::string &reason) {
   it->second->retry_stream = true;
 }
 
-void Server::open(uint64_t conn_id, std::string preamble) {
+Conn *Server::open(uint64_t conn_id, std::string preamble, const std::string &start_id) {
   auto it = impl_->conns.find(conn_id);
   if (it == impl_->conns.end() || it->second->phase != Phase::Pending)
-    return;
+    return nullptr;
   Conn *c = it->second;
+  c->queue.set_start_id(start_id);
+  c->held = true;
   c->phase = Phase::Opening;
   if (!preamble.empty()) {
     OutFrame f;
@@ -626,16 +628,10 @@ void Server::open(uint64_t conn_id, std::string preamble) {
     expiry = std::min(expiry, c->last_activity_ms + impl_->cfg.idle_timeout_s * int64_t{1000} + 1);
   impl_->next_expiry_ms = std::min(impl_->next_expiry_ms, expiry);
   impl_->wake(c);
+  return c;
 }
 
 OverflowPolicy Server::policy() const { return impl_->cfg.overflow_policy; }
-
-OutQueue::PushResult Server::push(uint64_t conn_id, OutFrame frame) {
-  auto it = impl_->conns.find(conn_id);
-  if (it == impl_->conns.end())
-    return OutQueue::PushResult::DroppedNewest; // unknown: ignored
-  return push(it->second, std::move(frame));
-}
 
 OutQueue::PushResult Server::push(Conn *c, OutFrame frame) {
   using R = OutQueue::PushResult;
@@ -669,31 +665,6 @@ OutQueue::PushResult Server::push(Conn *c, OutFrame frame) {
   return r;
 }
 
-void Server::close(uint64_t conn_id, const std::string &reason) {
-  auto it = impl_->conns.find(conn_id);
-  if (it == impl_->conns.end())
-    return;
-  Conn *c = it->second;
-  if (c->phase == Phase::Pending) {
-    c->close_reason = reason;
-    reject(conn_id, 503, reason);
-    return;
-  }
-  if (c->phase == Phase::Opening || c->phase == Phase::Open)
-    impl_->end_gracefully(c, reason);
-}
-
-Conn *Server::open(uint64_t conn_id, std::string preamble, const std::string &start_id) {
-  auto it = impl_->conns.find(conn_id);
-  if (it == impl_->conns.end() || it->second->phase != Phase::Pending)
-    return nullptr;
-  Conn *c = it->second;
-  c->queue.set_start_id(start_id);
-  c->held = true;
-  open(conn_id, std::move(preamble));
-  return c;
-}
-
 size_t Server::queued_events(const Conn *c) const { return c->finished ? 0 : c->queue.events(); }
 size_t Server::queued_bytes(const Conn *c) const { return c->finished ? 0 : c->queue.bytes(); }
 uint64_t Server::written(const Conn *c) const { return c->delivered; }
@@ -705,8 +676,8 @@ bool Server::backed_up(const Conn *c) const {
 }
 
 void Server::close(Conn *c, const std::string &reason) {
-  if (!c->finished)
-    close(c->id, reason);
+  if (!c->finished && (c->phase == Phase::Opening || c->phase == Phase::Open))
+    impl_->end_gracefully(c, reason);
 }
 
 void Server::release(Conn *c) {
@@ -729,25 +700,6 @@ void Server::set_handler(const std::string &path, Handler h) {
 void Server::shutdown(int drain_ms) { impl_->shutdown(drain_ms); }
 
 size_t Server::connection_count() const { return impl_->conns.size(); }
-
-size_t Server::queued_events(uint64_t conn_id) const {
-  auto it = impl_->conns.find(conn_id);
-  return it == impl_->conns.end() ? 0 : it->second->queue.events();
-}
-
-bool Server::progress(uint64_t conn_id, uint64_t *written, uint64_t *dropped) const {
-  auto it = impl_->conns.find(conn_id);
-  if (it == impl_->conns.end())
-    return false;
-  *written = it->second->delivered;
-  *dropped = it->second->queue.dropped();
-  return true;
-}
-
-size_t Server::queued_bytes(uint64_t conn_id) const {
-  auto it = impl_->conns.find(conn_id);
-  return it == impl_->conns.end() ? 0 : it->second->queue.bytes();
-}
 
 namespace {
 ConnectionInfo info_of(const Conn &c) {

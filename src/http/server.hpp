@@ -147,23 +147,18 @@ public:
   // "retry: <ms>" and the reason as a comment, then ends: an EventSource
   // comes back after ms, where a 503 would make it give up for good.
   void retry_later(uint64_t conn_id, const std::string &reason);
+  OverflowPolicy policy() const;
+
   // Answers a pending request with 200 text/event-stream; `preamble` is the
-  // first bytes of the stream (retry, open comment, pgbus:connected).
-  void open(uint64_t conn_id, std::string preamble);
+  // first bytes of the stream (retry, open comment, pgbus:connected), and
+  // the start id what an overflow notice names as the resume cursor before
+  // any frame was written. Returns the connection's handle (nullptr when
+  // the request is gone); it stays valid, also after the connection
+  // closed, until release(). Everything after this goes through the handle.
+  Conn *open(uint64_t conn_id, std::string preamble, const std::string &start_id);
   // Queues a frame on an open connection (applies the overflow policy; on
   // overflow the client gets a pgbus:gap-detected control event, on
-  // Disconnect the connection is closed). Unknown ids are ignored.
-  OverflowPolicy policy() const;
-  OutQueue::PushResult push(uint64_t conn_id, OutFrame frame);
-  // Closes one connection (reason is reported through take_closed()).
-  void close(uint64_t conn_id, const std::string &reason);
-
-  // The same through a handle, so that no lookup by id is needed per frame.
-  // open() with a start id (what an overflow notice names as the resume
-  // cursor before any frame was written) returns the connection's handle
-  // (nullptr when the request is gone); it stays valid, also after the
-  // connection closed, until release().
-  Conn *open(uint64_t conn_id, std::string preamble, const std::string &start_id);
+  // Disconnect the connection is closed); a closed one ignores it.
   OutQueue::PushResult push(Conn *c, OutFrame frame);
   size_t queued_events(const Conn *c) const;
   size_t queued_bytes(const Conn *c) const;
@@ -171,6 +166,7 @@ public:
   // (socket_send_buffer, else 64 kB) waits behind it.
   bool backed_up(const Conn *c) const;
   uint64_t written(const Conn *c) const; // data frames written to the socket
+  // Closes one connection (reason is reported through take_closed()).
   void close(Conn *c, const std::string &reason);
   void release(Conn *c);
 
@@ -186,13 +182,6 @@ public:
   void shutdown(int drain_ms);
 
   size_t connection_count() const;
-  // Data events queued on one open connection (0 for unknown ids); the
-  // worker pages replays by it.
-  size_t queued_events(uint64_t conn_id) const;
-  size_t queued_bytes(uint64_t conn_id) const;
-  // Data frames of one open connection written to its socket, and dropped by
-  // the overflow policy; false for unknown ids.
-  bool progress(uint64_t conn_id, uint64_t *written, uint64_t *dropped) const;
   std::vector<ConnectionInfo> connections() const;
   bool connection(uint64_t conn_id, ConnectionInfo *out) const; // false for unknown ids
 

@@ -1,5 +1,6 @@
 // SpiTx: transactions and SPI queries for the worker (see spi.hpp).
 #include "pg/spi.hpp"
+#include "pg/envelope.hpp"
 #include "pg/guard.hpp"
 #include "pg/queue_table.hpp"
 
@@ -23,6 +24,7 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
@@ -246,9 +248,10 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
 
 // A cursor fetched one row at a time, all inside one guarded call (the
 // stop rule is plain arithmetic), the tuples kept until their cells are
-// copied out after it. Text cells are copied from the tuples straight into
-// the C++ strings: a large payload exists twice at most here, in the
-// fetched tuple and in its copy.
+// copied out after it. The fetched tuples hold a large value as a TOAST
+// pointer; each is detoasted once, into a memory context of its own that
+// goes as soon as the cells are C++ strings: a large payload exists twice
+// at most here, detoasted and in its copy.
 Table SpiTx::query_until(const std::string &sql, const std::vector<Arg> &args, unsigned as_role,
                          const Until &until, int64_t *last_id, bool *cut) {
   int nargs = (int)args.size();
@@ -259,12 +262,13 @@ Table SpiTx::query_until(const std::string &sql, const std::vector<Arg> &args, u
     throw std::runtime_error("too many SPI arguments");
   struct Raw {
     SPITupleTable **tables;
-    const char **data;
+    const char **data; // nullptr: NULL
     size_t *len;
-    bool *null;
     uint64 nrows;
     int ncols;
-  } raw{nullptr, nullptr, nullptr, nullptr, 0, 0};
+    int width; // cells per row
+    MemoryContext cells;
+  } raw{nullptr, nullptr, nullptr, 0, 0, 0, nullptr};
   const char *sqltext = sql.c_str();
   const std::vector<Arg> *argp = &args;
   bool stopped = false;
@@ -294,8 +298,9 @@ Table SpiTx::query_until(const std::string &sql, const std::vector<Arg> &args, u
         if (!isnull && TupleDescAttr(tt->tupdesc, 0)->atttypid == INT8OID)
           last = DatumGetInt64(id);
         if (until.bytes_col < raw.ncols) {
+          const Oid type = TupleDescAttr(tt->tupdesc, until.bytes_col)->atttypid;
           Datum d = SPI_getbinval(tt->vals[0], tt->tupdesc, until.bytes_col + 1, &isnull);
-          if (!isnull && TupleDescAttr(tt->tupdesc, until.bytes_col)->atttypid == TEXTOID)
+          if (!isnull && (type == TEXTOID || type == JSONBOID))
             bytes += toast_raw_datum_size(d);
         }
         if ((bytes >= until.max_bytes || raw.nrows >= until.max_rows) && last >= until.cover_id) {
@@ -305,50 +310,70 @@ Table SpiTx::query_until(const std::string &sql, const std::vector<Arg> &args, u
       }
       SPI_cursor_close(portal);
     });
-    const size_t cells = raw.nrows * (size_t)raw.ncols + 1;
+    const int env =
+        raw.nrows && until.envelope_col >= 0 && until.envelope_col < raw.ncols &&
+                TupleDescAttr(raw.tables[0]->tupdesc, until.envelope_col)->atttypid == JSONBOID
+            ? until.envelope_col
+            : -1;
+    raw.width = raw.ncols + (env >= 0 ? Envelope::kParts - 1 : 0);
+    const size_t cells = raw.nrows * (size_t)raw.width + 1;
     raw.data = (const char **)palloc0(sizeof(char *) * cells);
     raw.len = (size_t *)palloc0(sizeof(size_t) * cells);
-    raw.null = (bool *)palloc0(sizeof(bool) * cells);
+    raw.cells = AllocSetContextCreate(CurrentMemoryContext, "pgbus_stream row cells",
+                                      ALLOCSET_DEFAULT_SIZES);
+    MemoryContext caller = MemoryContextSwitchTo(raw.cells);
     for (uint64 r = 0; r < raw.nrows; r++) {
       SPITupleTable *tt = raw.tables[r];
+      const char **data = raw.data + r * raw.width;
+      size_t *len = raw.len + r * raw.width;
       for (int c = 0; c < raw.ncols; c++) {
-        const size_t i = r * raw.ncols + c;
         bool isnull = false;
-        if (TupleDescAttr(tt->tupdesc, c)->atttypid == TEXTOID) {
+        // (the envelope's cells: data, event and visible_to in its place,
+        // exclude after the last column)
+        const int at = env >= 0 && c > env ? c + Envelope::kParts - 2 : c;
+        const Oid type = TupleDescAttr(tt->tupdesc, c)->atttypid;
+        if (c == env) {
           Datum d = SPI_getbinval(tt->vals[0], tt->tupdesc, c + 1, &isnull);
-          raw.null[i] = isnull;
+          if (isnull)
+            continue;
+          Envelope e;
+          read_envelope(DatumGetJsonbP(d), &e);
+          for (int p = 0; p < Envelope::kParts; p++) {
+            const int to = p == Envelope::Exclude ? raw.width - 1 : at + p;
+            data[to] = e.text[p];
+            len[to] = e.len[p];
+          }
+        } else if (type == TEXTOID) {
+          Datum d = SPI_getbinval(tt->vals[0], tt->tupdesc, c + 1, &isnull);
           if (!isnull) {
             text *t = pg_detoast_datum_packed((struct varlena *)DatumGetPointer(d));
-            raw.data[i] = VARDATA_ANY(t);
-            raw.len[i] = VARSIZE_ANY_EXHDR(t);
+            data[at] = VARDATA_ANY(t);
+            len[at] = VARSIZE_ANY_EXHDR(t);
           }
-        } else {
-          char *v = SPI_getvalue(tt->vals[0], tt->tupdesc, c + 1);
-          raw.null[i] = v == nullptr;
-          if (v) {
-            raw.data[i] = v;
-            raw.len[i] = strlen(v);
-          }
+        } else if (char *v = SPI_getvalue(tt->vals[0], tt->tupdesc, c + 1)) {
+          data[at] = v;
+          len[at] = strlen(v);
         }
       }
     }
+    MemoryContextSwitchTo(caller);
   });
   Table t;
-  t.ncols = raw.ncols;
-  t.cells.reserve(raw.nrows * raw.ncols);
-  for (uint64 i = 0; i < raw.nrows * (uint64)raw.ncols; i++) {
-    if (raw.null[i])
+  t.ncols = raw.width;
+  t.cells.reserve(raw.nrows * raw.width);
+  for (uint64 i = 0; i < raw.nrows * (uint64)raw.width; i++) {
+    if (raw.data[i] == nullptr)
       t.cells.emplace_back(std::nullopt);
     else
       t.cells.emplace_back(std::string(raw.data[i], raw.len[i]));
   }
   call([&] {
+    MemoryContextDelete(raw.cells);
     for (uint64 r = 0; r < raw.nrows; r++)
       SPI_freetuptable(raw.tables[r]);
     pfree(raw.tables);
     pfree(raw.data);
     pfree(raw.len);
-    pfree(raw.null);
   });
   if (last_id)
     *last_id = last;

@@ -70,13 +70,19 @@ public:
   // that owner, or 0 with *why saying what is wrong.
   unsigned queue_owner(const std::vector<TableName> &tables, bool write, std::string *why);
   // Where query_until() stops: after the row that brings the bytes of text
-  // column bytes_col (0-based) to max_bytes, or the max_rows-th row, but not
-  // before a row whose first column (a bigint) is cover_id or more.
+  // or jsonb column bytes_col (0-based) to max_bytes, or the max_rows-th
+  // row, but not before a row whose first column (a bigint) is cover_id or
+  // more.
   struct Until {
     int bytes_col = 1;
     size_t max_bytes = 0;
     size_t max_rows = 0;
     int64_t cover_id = 0;
+    // A jsonb column here is read as a message (pg/envelope.hpp), detoasted
+    // once: its data, event and visible_to cells take its place and its
+    // exclude cell comes after the last column. Of another type (a
+    // catalog whose row query gives those as text), it is a text cell.
+    int envelope_col = -1;
   };
   // A read-only query whose rows are taken one at a time until `until`
   // says stop (*cut: it did; the rows after are not read), so that a page

@@ -149,9 +149,17 @@ void ShmemObserver::horizon(void *stream, int64_t horizon) {
   }
 }
 
-void ShmemObserver::retention_removed(void *stream, int64_t rows) {
+// Counted on the stream's entry also when this worker holds none (a stream
+// nobody here watches, or dormant): by key, if the entry exists.
+void ShmemObserver::retention_removed(int64_t stream_id, void *stream, int64_t rows) {
+  auto add = [](shmem::StreamEntry *e, void *n) {
+    pg_atomic_fetch_add_u64(&e->stats.retention_removed, *static_cast<uint64 *>(n));
+  };
+  uint64 n = (uint64)rows;
   if (shmem::StreamEntry *e = entry(stream))
-    pg_atomic_fetch_add_u64(&e->stats.retention_removed, (uint64)rows);
+    add(e, &n);
+  else
+    shmem::read_stream(dboid_, stream_id, add, &n);
 }
 
 void ShmemObserver::diagnostic(uint64_t conn_id, const char *event, const std::string &stream,

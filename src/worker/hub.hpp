@@ -57,7 +57,7 @@ public:
   void watched(void *stream, bool on) override;
   void wake(void *stream, bool on) override;
   void horizon(void *stream, int64_t horizon) override;
-  void retention_removed(void *stream, int64_t rows) override;
+  void retention_removed(int64_t stream_id, void *stream, int64_t rows) override;
   void diagnostic(uint64_t conn_id, const char *event, const std::string &stream,
                   const std::string &detail) override;
   bool awaited(const std::string &name, bool on) override;

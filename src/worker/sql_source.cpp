@@ -281,6 +281,7 @@ bool SqlRowSource::rows(const engine::StreamInfo &s, const std::string &where,
   // Rows are taken one at a time up to the byte budget (column 1 is the
   // payload), so a page of large rows is held once, not with all after it.
   pg::SpiTx::Until until;
+  until.envelope_col = 1;
   until.max_bytes = std::max<size_t>(max_bytes, 1);
   until.max_rows = ids ? ids->size() + 1 : (size_t)std::max<int64_t>(limit, 1);
   until.cover_id = ids && !ids->empty() ? ids->front() : INT64_MIN;
@@ -337,10 +338,14 @@ bool SqlRowSource::rows_one_by_one(const engine::StreamInfo &s, const std::strin
         [&](pg::SpiTx &tx) {
           const unsigned owner = owner_of(tx, s, names->second, false);
           try {
-            pg::Table t = tx.query(sql + " WHERE msg_id = $1", {pg::Arg::int8(id)}, true, owner);
+            pg::SpiTx::Until all;
+            all.envelope_col = 1;
+            all.max_bytes = all.max_rows = SIZE_MAX;
+            pg::Table t = tx.query_until(sql + " WHERE msg_id = $1", {pg::Arg::int8(id)}, owner,
+                                         all, nullptr, nullptr);
             for (size_t r = 0; r < t.rows(); r++) {
               engine::Row row;
-              if (engine::decode_row(&t.cells[r * t.ncols], t.ncols, &row))
+              if (engine::decode_row_taking(&t.cells[r * t.ncols], t.ncols, &row))
                 out->push_back(std::move(row));
             }
           } catch (const pg::Error &e) {

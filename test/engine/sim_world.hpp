@@ -178,7 +178,7 @@ public:
   void wake(void *stream, bool on) override;
   bool wakes(void *stream) const { return woken_.count(stream) != 0; }
   void horizon(void *, int64_t) override {}
-  void retention_removed(void *, int64_t) override {}
+  void retention_removed(int64_t, void *, int64_t) override {}
   void diagnostic(uint64_t, const char *, const std::string &, const std::string &) override {}
 
 private:

@@ -58,6 +58,7 @@ int64_t now_ms() {
 struct Sub {
   std::vector<std::string> streams;
   int sent = 0;
+  http::Conn *conn = nullptr; // the server's handle, released when it closes
 };
 
 struct Options {
@@ -206,7 +207,11 @@ private:
   void after_run() {
     for (auto &[id, reason] : server_.take_closed()) {
       printf("closed %llu %s\n", static_cast<unsigned long long>(id), reason.c_str());
-      subs_.erase(id);
+      auto it = subs_.find(id);
+      if (it != subs_.end()) {
+        server_.release(it->second.conn);
+        subs_.erase(it);
+      }
     }
     for (http::Request &r : server_.take_pending())
       decide(r);
@@ -239,8 +244,8 @@ private:
     snprintf(hex, sizeof(hex), "%llx", static_cast<unsigned long long>(r.conn_id));
     sse::append_event(pre, "", "pgbus:connected",
                       std::string("{\"connectionId\":\"") + hex + "\"}");
-    server_.open(r.conn_id, std::move(pre));
-    subs_[r.conn_id] = Sub{r.streams, 0};
+    if (http::Conn *c = server_.open(r.conn_id, std::move(pre), ""))
+      subs_[r.conn_id] = Sub{r.streams, 0, c};
   }
 
   void tick() {
@@ -249,7 +254,7 @@ private:
     for (auto &[id, s] : subs_) {
       if (has(s.streams, "bench")) {
         for (const OutFrame &f : bench)
-          server_.push(id, f);
+          server_.push(s.conn, f);
         continue;
       }
       if (has(s.streams, "quiet"))
@@ -264,13 +269,13 @@ private:
           OutFrame f;
           f.head = "id: " + std::to_string(++s.sent) + "\n";
           f.body = flood;
-          server_.push(id, std::move(f));
+          server_.push(s.conn, std::move(f));
         }
         continue;
       }
       if (s.sent < o_.frames) {
         ++s.sent;
-        server_.push(id, data_frame(std::to_string(s.sent), "frame " + std::to_string(s.sent)));
+        server_.push(s.conn, data_frame(std::to_string(s.sent), "frame " + std::to_string(s.sent)));
       }
     }
   }
@@ -326,7 +331,7 @@ private:
     if (cmd == "push") {
       for (auto &[id, s] : subs_)
         if (has(s.streams, arg1.c_str()))
-          server_.push(id, data_frame("", rest));
+          server_.push(s.conn, data_frame("", rest));
     } else if (cmd == "stats") {
       for (const http::ConnectionInfo &c : server_.connections())
         printf(
@@ -336,7 +341,9 @@ private:
             static_cast<unsigned long long>(c.overflow_dropped));
       printf("stats end count=%zu\n", server_.connection_count());
     } else if (cmd == "close") {
-      server_.close(strtoull(arg1.c_str(), nullptr, 10), rest);
+      auto it = subs_.find(strtoull(arg1.c_str(), nullptr, 10));
+      if (it != subs_.end())
+        server_.close(it->second.conn, rest);
     } else if (cmd == "shutdown") {
       quit_ = true;
     }
