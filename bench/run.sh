@@ -941,7 +941,7 @@ if has "$SCENARIOS" producer; then
     done; done
     if need_pgbus; then
         # the subscribers were there all along: what the stream counted for them
-        log "producer: $HOOK_STREAM stats: $(psql_q -c "SELECT 'subscribers ' || subscribers || ', emitted ' || emitted || ', delivered ' || delivered FROM pgbus_stream.stats() WHERE stream = '$HOOK_STREAM'" 2>&1)"
+        log "producer: $HOOK_STREAM stats: $(psql_q -c "SELECT 'subscribers ' || subscribers || ', emitted ' || emitted || ', queued ' || queued FROM pgbus_stream.stats() WHERE stream = '$HOOK_STREAM'" 2>&1)"
         stop_producer_subscribers
     fi
 fi

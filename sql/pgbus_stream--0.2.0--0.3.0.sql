@@ -353,3 +353,89 @@ END $$;
 CREATE FUNCTION @extschema@.disconnect(sub text DEFAULT NULL, connection text DEFAULT NULL) RETURNS bigint
   AS 'MODULE_PATHNAME', 'pgbus_stream_disconnect' LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@.disconnect(text, text) FROM PUBLIC;
+
+-- ---- One vocabulary for the figures (README, "Glossary of figures") ------
+
+-- stats(), workers() and connections() take the glossary's names: queued,
+-- written, bytes_queued, retention_removed, overflow_dropped. Their result
+-- types change, so they are dropped and made again; 0.2.0's names stay as
+-- extra columns at the end with the same values, for one version.
+DROP FUNCTION @extschema@.stats();
+DROP FUNCTION @extschema@.workers();
+DROP FUNCTION @extschema@.connections();
+DROP FUNCTION @extschema@._stream_stats();
+
+CREATE FUNCTION @extschema@._stream_stats(
+  OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT queued bigint,
+  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_queued bigint, OUT newest_id bigint,
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_removed bigint, OUT horizon bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
+
+-- workers() shows each running worker process and its counters (README,
+-- "Glossary of figures"): queued, overflow_dropped, catch_ups;
+-- catalog_reads counts the catalog queries it ran (an unknown stream name
+-- asked again costs none), pending its subscriptions waiting for a stream
+-- that does not exist yet, streams the shared-memory stream entries it holds
+-- (streams with connections there, or left within stream_linger).
+-- delivered is 0.2.0's name of queued, kept for one version.
+CREATE FUNCTION @extschema@.workers(
+  OUT worker int, OUT pid int, OUT connections bigint, OUT queued bigint, OUT overflow_dropped bigint,
+  OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint,
+  OUT catalog_reads bigint, OUT pending bigint, OUT streams bigint, OUT delivered bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
+
+-- connections() shows each live SSE connection (refreshed by its worker
+-- about twice a second): queued_events and queued_bytes wait in its queue
+-- now, written frames went to its socket, overflow_dropped frames were
+-- dropped by the overflow policy. delivered (= written) and dropped
+-- (= overflow_dropped) are 0.2.0's names, kept for one version.
+CREATE FUNCTION @extschema@.connections(
+  OUT id text, OUT worker int, OUT streams text, OUT remote_addr text, OUT connected_at timestamptz,
+  OUT cursor text, OUT queued_events bigint, OUT queued_bytes bigint, OUT written bigint,
+  OUT overflow_dropped bigint, OUT state text, OUT subscriber text, OUT delivered bigint,
+  OUT dropped bigint)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C;
+
+-- stats() shows live per-stream figures from shared memory (summed over the
+-- workers; README, "Glossary of figures"): queued frames and bytes_queued
+-- went into connections' queues, overflow_dropped were dropped from them by
+-- the overflow policy, retention_removed messages were removed by retention;
+-- total_queued sums what waits in the connections' queues now; latency is
+-- commit -> queued on the connection over the last minute. On a hot standby
+-- replay_lag_bytes and replay_lag_ms say how far replay trails what the node
+-- received (the time since the last replayed commit while WAL waits to be
+-- replayed, 0 when none does); NULL on a primary. From replication().
+-- delivered (= queued), dropped (= retention_removed) and bytes_sent
+-- (= bytes_queued) are 0.2.0's names, kept for one version.
+CREATE FUNCTION @extschema@.stats(
+  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT queued bigint,
+  OUT retention_removed bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
+  OUT bytes_queued bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
+  OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8,
+  OUT replay_lag_bytes bigint, OUT replay_lag_ms float8,
+  OUT delivered bigint, OUT dropped bigint, OUT bytes_sent bigint)
+RETURNS SETOF record LANGUAGE sql STABLE AS $$
+  SELECT f.*, f.queued, f.retention_removed, f.bytes_queued FROM (
+  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.queued, 0) AS queued,
+         coalesce(x.retention_removed, 0) AS retention_removed, coalesce(x.overflow_dropped, 0),
+         coalesce(x.failed, 0),
+         coalesce((SELECT sum(c.queued_events) FROM @extschema@.connections() c
+                    WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
+         coalesce(x.bytes_queued, 0) AS bytes_queued, @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
+         coalesce(x.horizon, 0), s.retention_floor,
+         x.latency_p50_ms, x.latency_p99_ms,
+         r.replay_lag_bytes, r.replay_lag_ms
+    FROM @extschema@.streams s LEFT JOIN @extschema@._stream_stats() x ON x.stream_id = s.id
+         CROSS JOIN (SELECT q.replay_lag_bytes,
+                            CASE WHEN q.in_recovery THEN
+                              CASE WHEN q.replay_lag_bytes = 0 THEN 0::float8
+                                   ELSE greatest(0, extract(epoch FROM clock_timestamp() - q.last_replayed_commit)
+                                                    * 1000)::float8 END
+                            END AS replay_lag_ms
+                       FROM @extschema@.replication() q) r) f
+   ORDER BY f.name
+$$;
+REVOKE ALL ON FUNCTION @extschema@.connections(), @extschema@.stats(), @extschema@.workers(),
+  @extschema@._stream_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.connections(), @extschema@.stats(), @extschema@.workers(),
+  @extschema@._stream_stats() TO pgbus_stream_monitor;

@@ -429,9 +429,9 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 CREATE FUNCTION @extschema@._stream_stats(
-  OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
-  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_sent bigint, OUT newest_id bigint,
-  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_dropped bigint, OUT horizon bigint)
+  OUT stream_id bigint, OUT subscribers bigint, OUT emitted bigint, OUT queued bigint,
+  OUT overflow_dropped bigint, OUT failed bigint, OUT bytes_queued bigint, OUT newest_id bigint,
+  OUT latency_p50_ms float8, OUT latency_p99_ms float8, OUT retention_removed bigint, OUT horizon bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_stream_stats' LANGUAGE C;
 
 -- _oldest_id is the lowest msg_id a stream still holds (queue or archive);
@@ -457,23 +457,29 @@ BEGIN
   RETURN v;
 END $$;
 
--- workers() shows each running worker process and its counters;
+-- workers() shows each running worker process and its counters (README,
+-- "Glossary of figures"): queued, overflow_dropped, catch_ups;
 -- catalog_reads counts the catalog queries it ran (an unknown stream name
 -- asked again costs none), pending its subscriptions waiting for a stream
 -- that does not exist yet, streams the shared-memory stream entries it holds
 -- (streams with connections there, or left within stream_linger).
+-- delivered is 0.2.0's name of queued, kept for one version.
 CREATE FUNCTION @extschema@.workers(
-  OUT worker int, OUT pid int, OUT connections bigint, OUT delivered bigint, OUT overflow_dropped bigint,
+  OUT worker int, OUT pid int, OUT connections bigint, OUT queued bigint, OUT overflow_dropped bigint,
   OUT catch_ups bigint, OUT events bigint, OUT ring_overflows bigint, OUT held_back bigint,
-  OUT catalog_reads bigint, OUT pending bigint, OUT streams bigint)
+  OUT catalog_reads bigint, OUT pending bigint, OUT streams bigint, OUT delivered bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_worker_stats' LANGUAGE C;
 
 -- connections() shows each live SSE connection (refreshed by its worker
--- about twice a second).
+-- about twice a second): queued_events and queued_bytes wait in its queue
+-- now, written frames went to its socket, overflow_dropped frames were
+-- dropped by the overflow policy. delivered (= written) and dropped
+-- (= overflow_dropped) are 0.2.0's names, kept for one version.
 CREATE FUNCTION @extschema@.connections(
   OUT id text, OUT worker int, OUT streams text, OUT remote_addr text, OUT connected_at timestamptz,
-  OUT cursor text, OUT queued_events bigint, OUT queued_bytes bigint, OUT delivered bigint,
-  OUT dropped bigint, OUT state text, OUT subscriber text)
+  OUT cursor text, OUT queued_events bigint, OUT queued_bytes bigint, OUT written bigint,
+  OUT overflow_dropped bigint, OUT state text, OUT subscriber text, OUT delivered bigint,
+  OUT dropped bigint)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'pgbus_stream_connections' LANGUAGE C;
 
 -- presence() lists who is connected to a stream over every worker, from the
@@ -497,24 +503,31 @@ CREATE FUNCTION @extschema@.replication(
 RETURNS record AS 'MODULE_PATHNAME', 'pgbus_stream_replication' LANGUAGE C STABLE;
 
 -- stats() shows live per-stream figures from shared memory (summed over the
--- workers); latency is commit -> queued on the connection over the last
--- minute; dropped counts messages removed by retention; total_queued sums
--- what waits in the connections' queues. On a hot standby replay_lag_bytes
--- and replay_lag_ms say how far replay trails what the node received (the
--- time since the last replayed commit while WAL waits to be replayed, 0 when
--- none does); NULL on a primary. From replication().
+-- workers; README, "Glossary of figures"): queued frames and bytes_queued
+-- went into connections' queues, overflow_dropped were dropped from them by
+-- the overflow policy, retention_removed messages were removed by retention;
+-- total_queued sums what waits in the connections' queues now; latency is
+-- commit -> queued on the connection over the last minute. On a hot standby
+-- replay_lag_bytes and replay_lag_ms say how far replay trails what the node
+-- received (the time since the last replayed commit while WAL waits to be
+-- replayed, 0 when none does); NULL on a primary. From replication().
+-- delivered (= queued), dropped (= retention_removed) and bytes_sent
+-- (= bytes_queued) are 0.2.0's names, kept for one version.
 CREATE FUNCTION @extschema@.stats(
-  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT delivered bigint,
-  OUT dropped bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
-  OUT bytes_sent bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
+  OUT stream text, OUT subscribers bigint, OUT emitted bigint, OUT queued bigint,
+  OUT retention_removed bigint, OUT overflow_dropped bigint, OUT failed bigint, OUT total_queued bigint,
+  OUT bytes_queued bigint, OUT oldest_id bigint, OUT newest_id bigint, OUT horizon bigint,
   OUT retention_floor bigint, OUT latency_p50_ms float8, OUT latency_p99_ms float8,
-  OUT replay_lag_bytes bigint, OUT replay_lag_ms float8)
+  OUT replay_lag_bytes bigint, OUT replay_lag_ms float8,
+  OUT delivered bigint, OUT dropped bigint, OUT bytes_sent bigint)
 RETURNS SETOF record LANGUAGE sql STABLE AS $$
-  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.delivered, 0),
-         coalesce(x.retention_dropped, 0), coalesce(x.overflow_dropped, 0), coalesce(x.failed, 0),
+  SELECT f.*, f.queued, f.retention_removed, f.bytes_queued FROM (
+  SELECT s.name, coalesce(x.subscribers, 0), coalesce(x.emitted, 0), coalesce(x.queued, 0) AS queued,
+         coalesce(x.retention_removed, 0) AS retention_removed, coalesce(x.overflow_dropped, 0),
+         coalesce(x.failed, 0),
          coalesce((SELECT sum(c.queued_events) FROM @extschema@.connections() c
                     WHERE s.name = ANY(string_to_array(c.streams, ','))), 0)::bigint,
-         coalesce(x.bytes_sent, 0), @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
+         coalesce(x.bytes_queued, 0) AS bytes_queued, @extschema@._oldest_id(s), coalesce(x.newest_id, 0),
          coalesce(x.horizon, 0), s.retention_floor,
          x.latency_p50_ms, x.latency_p99_ms,
          r.replay_lag_bytes, r.replay_lag_ms
@@ -525,8 +538,8 @@ RETURNS SETOF record LANGUAGE sql STABLE AS $$
                                    ELSE greatest(0, extract(epoch FROM clock_timestamp() - q.last_replayed_commit)
                                                     * 1000)::float8 END
                             END AS replay_lag_ms
-                       FROM @extschema@.replication() q) r
-   ORDER BY s.name
+                       FROM @extschema@.replication() q) r) f
+   ORDER BY f.name
 $$;
 
 -- set_retention sets how long (max_age) and how many (max_messages) messages

@@ -11,7 +11,8 @@
 #   checks    the sources against themselves, in seconds: every comment that
 #             cites the architecture document names a heading of it that
 #             exists (test/lint/citations.pl), and every fault of the mutation stage
-#             still matches the code (test/mutations/run.sh --check)
+#             still matches the code (test/mutations/run.sh --check), and every C SQL
+#             function goes through PGBS_SQL_FUNCTION (test/lint/sql_functions.pl)
 #   build     make (and make -C test/e2e, the TAP tests' helper programs, if present)
 #   install   make install
 #   regress   make installcheck-temp (pg_regress with a temporary instance)
@@ -320,6 +321,7 @@ stage_checks() {
 	local rc=0
 	perl "$REPO/test/lint/citations.pl" "$REPO" || rc=1
 	bash "$REPO/test/mutations/run.sh" --check || rc=1
+	perl "$REPO/test/lint/sql_functions.pl" "$REPO" || rc=1
 	return $rc
 }
 

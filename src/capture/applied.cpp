@@ -16,9 +16,9 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/rel.h"
 
-PG_FUNCTION_INFO_V1(pgbus_stream_capture_applied);
 Datum pgbus_stream_capture(PG_FUNCTION_ARGS);
 }
+#include "pg/guard.hpp"
 
 namespace pgbs::capture {
 
@@ -45,6 +45,4 @@ void capture_applied_row(TriggerData *td, int64_t stream_id) {
 // pgbus_stream_applied, the REPLICA trigger that queues hooked by earlier
 // 0.2.0 builds (and dumps of them) carry beside an ORIGIN capture trigger. It
 // fires in replica role only, where _capture() takes the path above.
-extern "C" Datum pgbus_stream_capture_applied(PG_FUNCTION_ARGS) {
-  return pgbus_stream_capture(fcinfo);
-}
+PGBS_SQL_FUNCTION(pgbus_stream_capture_applied) { return pgbus_stream_capture(fcinfo); }

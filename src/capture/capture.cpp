@@ -39,14 +39,8 @@ extern "C" {
 #include "utils/acl.h"
 #include "utils/lsyscache.h"
 #include "catalog/partition.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_capture);
-PG_FUNCTION_INFO_V1(pgbus_stream_catalog_changed);
-PG_FUNCTION_INFO_V1(pgbus_stream_publish_ephemeral);
-PG_FUNCTION_INFO_V1(pgbus_stream_publish);
-PG_FUNCTION_INFO_V1(pgbus_stream_captured_id);
-PG_FUNCTION_INFO_V1(pgbus_stream_draw_id);
 }
+#include "pg/guard.hpp"
 #include "pg/compat.hpp"
 #include "pg/envelope.hpp"
 
@@ -805,7 +799,7 @@ using namespace pgbs::capture;
 // 0.1.0 and not yet upgraded, BEFORE INSERT FOR EACH STATEMENT publishes the
 // floor and AFTER INSERT FOR EACH STATEMENT collects the rows from the
 // transition table.
-extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_capture) {
   if (!CALLED_AS_TRIGGER(fcinfo))
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                     errmsg("pgbus_stream._capture() must be called as a trigger")));
@@ -846,7 +840,7 @@ extern "C" Datum pgbus_stream_capture(PG_FUNCTION_ARGS) {
 // pgbus_stream._catalog_changed(stream_id[, fresh]): called by the catalog
 // functions; tells the workers at commit. Shared memory takes an entry for
 // the stream only once it is written or watched.
-extern "C" Datum pgbus_stream_catalog_changed(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_catalog_changed) {
   if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1)) {
     pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
     pgbs::wal::log_forget(PG_GETARG_INT64(0));
@@ -894,7 +888,7 @@ int64 publish_inline(int64 stream_id, Oid seq, bool check_permissions, text *con
 
 // pgbus_stream._publish_ephemeral(stream_id, seq, data, event, visible_to):
 // the 0.1.0 interface (called by 0.1.0's SECURITY DEFINER broadcast only).
-extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_publish_ephemeral) {
   if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("pgbus_stream: stream, sequence and data must not be NULL")));
@@ -906,7 +900,7 @@ extern "C" Datum pgbus_stream_publish_ephemeral(PG_FUNCTION_ARGS) {
 // pgbus_stream._publish(stream_id, queue, data, event, visible_to, exclude):
 // an ephemeral broadcast, for a caller allowed to INSERT into the stream's
 // queue, into that very stream.
-extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_publish) {
   if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("pgbus_stream: stream, queue and data must not be NULL")));
@@ -937,7 +931,7 @@ extern "C" Datum pgbus_stream_publish(PG_FUNCTION_ARGS) {
 
 // pgbus_stream._captured_id(): the msg_id of the row the last captured INSERT
 // of this backend wrote (its highest, for several rows; 0 if none).
-extern "C" Datum pgbus_stream_captured_id(PG_FUNCTION_ARGS) { PG_RETURN_INT64(last_captured_id); }
+PGBS_SQL_FUNCTION(pgbus_stream_captured_id) { PG_RETURN_INT64(last_captured_id); }
 
 // pgbus_stream._draw_id(stream_id, queue): the msg_id of the row broadcast()
 // is about to insert into the stream's queue, drawn from the queue's
@@ -945,7 +939,7 @@ extern "C" Datum pgbus_stream_captured_id(PG_FUNCTION_ARGS) { PG_RETURN_INT64(la
 // would be), for a caller allowed to INSERT into that very queue. The id is
 // known whether or not the queue has its capture trigger yet (an
 // auto-attached queue is hooked at its first subscription).
-extern "C" Datum pgbus_stream_draw_id(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_draw_id) {
   if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("pgbus_stream: stream and queue must not be NULL")));

@@ -23,8 +23,6 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_broadcast_target);
 }
 
 #include "pg/echo.hpp"
@@ -205,7 +203,7 @@ int64_t trigger_stream_id(unsigned int tgoid, const char *arg) {
 // private stream is "does not exist" to anyone else; a public one says
 // permission denied. Plain C: no SECURITY DEFINER, no
 // search_path to pin, no per-call settings.
-extern "C" Datum pgbus_stream_broadcast_target(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_broadcast_target) {
   if (PG_ARGISNULL(0))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("pgbus_stream: stream name must not be NULL")));

@@ -198,8 +198,8 @@ void json_stream(std::string &out, const StreamFigures &f) {
   json_string(out, f.name);
   const std::pair<const char *, int64_t> ints[] = {
       {"subscribers", f.subscribers}, {"emitted", f.emitted},
-      {"delivered", f.delivered},     {"overflow_dropped", f.overflow_dropped},
-      {"failed", f.failed},           {"bytes_sent", f.bytes_sent},
+      {"queued", f.queued},           {"overflow_dropped", f.overflow_dropped},
+      {"failed", f.failed},           {"bytes_queued", f.bytes_queued},
       {"newest_id", f.newest_id},     {"horizon", f.horizon}};
   for (const auto &[key, value] : ints) {
     out.append(",");
@@ -239,8 +239,10 @@ std::string render_prometheus(const Snapshot &s) {
     uint64_t value;
   };
   const Counter worker_counters[] = {
-      {"pgbus_stream_delivered_total", "Frames this worker queued to connections.", s.delivered},
-      {"pgbus_stream_dropped_total", "Frames this worker dropped (overflow policy).", s.dropped},
+      {"pgbus_stream_queued_total", "Frames this worker put on connections' queues.", s.queued},
+      {"pgbus_stream_overflow_dropped_total",
+       "Frames this worker dropped from connections' queues (overflow policy).",
+       s.overflow_dropped},
       {"pgbus_stream_catch_ups_total",
        "Times this worker fell behind the ring and caught up from the queue tables.", s.catch_ups},
       {"pgbus_stream_ring_overflows_total",
@@ -249,7 +251,14 @@ std::string render_prometheus(const Snapshot &s) {
       {"pgbus_stream_rows_read_total",
        "Rows this worker read from the queue tables (payloads too large for the ring, replays, "
        "lagging connections).",
-       s.rows_read}};
+       s.rows_read},
+      {"pgbus_stream_delivered_total",
+       "Deprecated alias of pgbus_stream_queued_total (0.2.0's name; removed in the next version).",
+       s.queued},
+      {"pgbus_stream_dropped_total",
+       "Deprecated alias of pgbus_stream_overflow_dropped_total (0.2.0's name; removed in the next "
+       "version).",
+       s.overflow_dropped}};
   for (const Counter &c : worker_counters) {
     w.family(c.name, "counter", c.help);
     w.sample("", worker, uint_value(c.value));
@@ -261,18 +270,18 @@ std::string render_prometheus(const Snapshot &s) {
   stream_family(w, s, "pgbus_stream_stream_emitted_total", "counter",
                 "Committed events of the stream.",
                 [](const StreamFigures &f) { return f.emitted; });
-  stream_family(w, s, "pgbus_stream_stream_delivered_total", "counter",
-                "Frames of the stream queued to connections, all workers.",
-                [](const StreamFigures &f) { return f.delivered; });
+  stream_family(w, s, "pgbus_stream_stream_queued_total", "counter",
+                "Frames of the stream put on connections' queues, all workers.",
+                [](const StreamFigures &f) { return f.queued; });
   stream_family(w, s, "pgbus_stream_stream_overflow_dropped_total", "counter",
                 "Frames of the stream dropped by the overflow policy, all workers.",
                 [](const StreamFigures &f) { return f.overflow_dropped; });
   stream_family(w, s, "pgbus_stream_stream_failed_total", "counter",
                 "Frames of the stream that could not be delivered, all workers.",
                 [](const StreamFigures &f) { return f.failed; });
-  stream_family(w, s, "pgbus_stream_stream_bytes_sent_total", "counter",
-                "Bytes of the stream's frames queued to connections, all workers.",
-                [](const StreamFigures &f) { return f.bytes_sent; });
+  stream_family(w, s, "pgbus_stream_stream_bytes_queued_total", "counter",
+                "Bytes of the stream's frames put on connections' queues, all workers.",
+                [](const StreamFigures &f) { return f.bytes_queued; });
   stream_family(w, s, "pgbus_stream_stream_newest_id", "gauge",
                 "Highest committed msg_id of the stream.",
                 [](const StreamFigures &f) { return f.newest_id; });
@@ -280,6 +289,15 @@ std::string render_prometheus(const Snapshot &s) {
                 "This worker's horizon for the stream (every msg_id up to it is settled).",
                 [](const StreamFigures &f) { return f.horizon; });
   latency_histogram(w, s);
+  stream_family(
+      w, s, "pgbus_stream_stream_delivered_total", "counter",
+      "Deprecated alias of pgbus_stream_stream_queued_total (0.2.0's name; removed in the "
+      "next version).",
+      [](const StreamFigures &f) { return f.queued; });
+  stream_family(w, s, "pgbus_stream_stream_bytes_sent_total", "counter",
+                "Deprecated alias of pgbus_stream_stream_bytes_queued_total (0.2.0's name; removed "
+                "in the next version).",
+                [](const StreamFigures &f) { return f.bytes_queued; });
   return out;
 }
 
@@ -297,8 +315,8 @@ std::string render_json(const Snapshot &s) {
   field("connections", int_value(s.connections));
   json_key(out, "totals");
   out.append("{");
-  field("delivered", uint_value(s.delivered));
-  field("dropped", uint_value(s.dropped));
+  field("queued", uint_value(s.queued));
+  field("overflow_dropped", uint_value(s.overflow_dropped));
   field("catch_ups", uint_value(s.catch_ups));
   field("ring_overflows", uint_value(s.ring_overflows));
   field("rows_read", uint_value(s.rows_read), true);

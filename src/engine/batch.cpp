@@ -90,11 +90,12 @@ void Engine::flush_batch() {
         // it pages from (ids committed out of order), as in deliver().
         Row row;
         row.msg_id = rows[i].msg_id;
-        const uint64_t before = counters_.delivered, lost = counters_.dropped, by = batch_.bytes;
+        const uint64_t before = counters_.queued, lost = counters_.overflow_dropped,
+                       by = batch_.bytes_queued;
         deliver(*c, 0, row, rows[i].body); // its own id line: a size of its own
-        got[i] += (int64_t)(counters_.delivered - before);
-        dropped[i] += (int64_t)(counters_.dropped - lost);
-        bytes[i] += batch_.bytes - by;
+        got[i] += (int64_t)(counters_.queued - before);
+        dropped[i] += (int64_t)(counters_.overflow_dropped - lost);
+        bytes[i] += batch_.bytes_queued - by;
         continue;
       }
       if (lags(*c) && !room(*c, frame->size())) {
@@ -121,11 +122,11 @@ void Engine::flush_batch() {
     dr += dropped_from[i];
     const uint64_t mine = (uint64_t)(g[0] + g[1] + got[i]), lost = (uint64_t)(dr + dropped[i]);
     batch_ = rows[i].others;
-    batch_.delivered += mine;
-    batch_.bytes += (uint64_t)g[0] * rows[i].frame->size() + bytes[i];
+    batch_.queued += mine;
+    batch_.bytes_queued += (uint64_t)g[0] * rows[i].frame->size() + bytes[i];
     if (g[1] > 0)
-      batch_.bytes += (uint64_t)g[1] * rows[i].frame1->size();
-    batch_.dropped += lost;
+      batch_.bytes_queued += (uint64_t)g[1] * rows[i].frame1->size();
+    batch_.overflow_dropped += lost;
     flush_stats(st, rows[i].commit_us);
   }
   batch_ = outer;

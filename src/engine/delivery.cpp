@@ -99,14 +99,14 @@ bool Engine::push(Connection &c, OutFrame f, bool data) {
     return true;
   }
   if (sink_.push(c.ref, std::move(f)) == OutQueue::PushResult::Queued) {
-    counters_.delivered += n;
-    batch_.delivered += n;
-    batch_.bytes += bytes;
+    counters_.queued += n;
+    batch_.queued += n;
+    batch_.bytes_queued += bytes;
     c.pushed += n;
     return true;
   }
-  counters_.dropped += n;
-  batch_.dropped += n;
+  counters_.overflow_dropped += n;
+  batch_.overflow_dropped += n;
   if (!c.overflow_noted) {
     c.overflow_noted = true;
     obs_.diagnostic(c.id, "overflow", c.subs[0].st->info.name,

@@ -730,7 +730,7 @@ void Engine::advance_horizons(const HorizonBounds &b) {
 // from the table (bounded pages, with flow control); the stream's own
 // position is completed by the horizon.
 void Engine::catch_up_all() {
-  counters_.overruns++;
+  counters_.catch_ups++;
   for (auto &[id, st] : streams_) {
     if (!st->awake) {
       st->lossy = true; // its ephemeral broadcasts may be gone: said at the wake
@@ -849,14 +849,14 @@ void Engine::flush_stats(Stream &st, int64_t commit_us) {
       stats_batch_.first_commit_us = commit_us;
     }
     stats_batch_.first_commit_us = std::min(stats_batch_.first_commit_us, commit_us);
-    stats_batch_.fanout = std::max(stats_batch_.fanout, (int64_t)batch_.delivered);
+    stats_batch_.fanout = std::max(stats_batch_.fanout, (int64_t)batch_.queued);
   } else if (cfg_.stats_enabled && commit_us > 0) {
     record_history(st.info.name, "broadcast", (double)(now_us_ - commit_us) / 1000.0,
-                   (int64_t)batch_.delivered);
+                   (int64_t)batch_.queued);
   }
-  if (commit_us > 0 && batch_.delivered)
+  if (commit_us > 0 && batch_.queued)
     batch_.latency_us = now_us_ - commit_us;
-  if (batch_.delivered || batch_.dropped || batch_.bytes || batch_.failed)
+  if (batch_.queued || batch_.overflow_dropped || batch_.bytes_queued || batch_.failed)
     obs_.stream_figures(st.handle, batch_);
   batch_ = StreamDelta();
 }

@@ -91,7 +91,7 @@ struct Subscribe {
 };
 
 struct Counters {
-  uint64_t delivered = 0, dropped = 0, overruns = 0, events = 0, held_back = 0;
+  uint64_t queued = 0, overflow_dropped = 0, catch_ups = 0, events = 0, held_back = 0;
   uint64_t deferred = 0;      // frames that waited for room (lag) instead of being dropped
   uint64_t read_failures = 0; // row-source calls that failed (retried later)
   uint64_t gaps = 0;          // gap notices sent

@@ -145,7 +145,7 @@ public:
 // Where the engine reports what it did. A stream's handle comes from
 // stream_handle() once per stream and is passed back with each figure.
 struct StreamDelta {
-  uint64_t delivered = 0, dropped = 0, bytes = 0, failed = 0;
+  uint64_t queued = 0, overflow_dropped = 0, bytes_queued = 0, failed = 0;
   int64_t latency_us = -1; // one commit-to-queue sample, or -1
 };
 

@@ -104,7 +104,7 @@ struct ConnectionInfo {
   std::string remote_addr;
   int64_t connected_at_us;
   size_t queued_events, queued_bytes;
-  uint64_t delivered, dropped;
+  uint64_t written, overflow_dropped; // frames written to the socket; dropped on overflow
 };
 
 struct Conn; // one connection (server_impl.hpp), as a handle

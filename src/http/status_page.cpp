@@ -9,8 +9,8 @@ namespace pgbs::http {
 
 namespace {
 
-// Chart: the last kPoints one-second samples. Deliveries/s come from the
-// difference of two successive delivered totals (sum over streams, so all
+// Chart: the last kPoints one-second samples. Frames/s come from the
+// difference of two successive queued totals (sum over streams, so all
 // workers); a total that goes down (a worker restart, a dropped stream)
 // leaves a gap instead of a negative rate. p99 is the worst stream's.
 constexpr const char *kPage = R"HTML(<!doctype html>
@@ -42,14 +42,14 @@ constexpr const char *kPage = R"HTML(<!doctype html>
 <div class="cards">
   <div class="card"><span>state</span><b id="state">loading</b></div>
   <div class="card"><span>connections (all workers)</span><b id="connections">-</b></div>
-  <div class="card"><span>delivered (all streams)</span><b id="total-delivered">-</b></div>
-  <div class="card"><span>deliveries/s</span><b id="rate">-</b></div>
-  <div class="card"><span>this worker: dropped / catch-ups / ring overflows</span><b id="worker-totals">-</b></div>
+  <div class="card"><span>queued (all streams)</span><b id="total-queued">-</b></div>
+  <div class="card"><span>queued/s</span><b id="rate">-</b></div>
+  <div class="card"><span>this worker: overflow-dropped / catch-ups / ring overflows</span><b id="worker-totals">-</b></div>
 </div>
-<div class="legend"><i style="background:#1565c0"></i>deliveries/s (left axis)<i style="background:#e65100"></i>worst p99 latency, ms (right axis) &mdash; last 5 minutes</div>
+<div class="legend"><i style="background:#1565c0"></i>queued/s (left axis)<i style="background:#e65100"></i>worst p99 latency, ms (right axis) &mdash; last 5 minutes</div>
 <canvas id="chart"></canvas>
 <table>
-  <thead><tr><th>stream</th><th>subscribers</th><th>emitted</th><th>delivered</th><th>dropped</th><th>failed</th><th>p50 ms</th><th>p99 ms</th></tr></thead>
+  <thead><tr><th>stream</th><th>subscribers</th><th>emitted</th><th>queued</th><th>overflow-dropped</th><th>failed</th><th>p50 ms</th><th>p99 ms</th></tr></thead>
   <tbody id="streams"><tr><td colspan="8">no streams yet</td></tr></tbody>
 </table>
 <script>
@@ -62,11 +62,11 @@ const ms = (v) => (v === null || v === undefined ? "\u2013" : String(+v.toPrecis
 function cell(row, text) { const td = row.insertCell(); td.textContent = text; }
 
 function render(s) {
-  const delivered = s.streams.reduce((a, x) => a + x.delivered, 0);
+  const queued = s.streams.reduce((a, x) => a + x.queued, 0);
   let rate = null;
-  if (last && s.now_us > last.now_us && delivered >= last.delivered)
-    rate = (delivered - last.delivered) * 1e6 / (s.now_us - last.now_us);
-  last = { now_us: s.now_us, delivered };
+  if (last && s.now_us > last.now_us && queued >= last.queued)
+    rate = (queued - last.queued) * 1e6 / (s.now_us - last.now_us);
+  last = { now_us: s.now_us, queued };
   const p99s = s.streams.map((x) => x.latency_p99_ms).filter((v) => v !== null);
   history.push({ t: s.now_us / 1e6, rate, p99: p99s.length ? Math.max(...p99s) : null });
   while (history.length > POINTS) history.shift();
@@ -75,14 +75,14 @@ function render(s) {
   $("state").textContent = s.database_ok ? "up" : "database error";
   $("state").className = s.database_ok ? "ok" : "bad";
   $("connections").textContent = String(s.connections);
-  $("total-delivered").textContent = String(delivered);
+  $("total-queued").textContent = String(queued);
   $("rate").textContent = rate === null ? "-" : rate.toFixed(1);
-  $("worker-totals").textContent = [s.totals.dropped, s.totals.catch_ups, s.totals.ring_overflows].join(" / ");
+  $("worker-totals").textContent = [s.totals.overflow_dropped, s.totals.catch_ups, s.totals.ring_overflows].join(" / ");
   const body = $("streams");
   body.textContent = "";
   for (const x of s.streams) {
     const row = body.insertRow();
-    cell(row, x.name); cell(row, x.subscribers); cell(row, x.emitted); cell(row, x.delivered);
+    cell(row, x.name); cell(row, x.subscribers); cell(row, x.emitted); cell(row, x.queued);
     cell(row, x.overflow_dropped); cell(row, x.failed); cell(row, ms(x.latency_p50_ms)); cell(row, ms(x.latency_p99_ms));
   }
   if (!s.streams.length) cell(body.insertRow(), "no streams yet");

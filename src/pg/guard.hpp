@@ -2,15 +2,14 @@
 // "C++ inside PostgreSQL").
 //
 //  * pg::entry() wraps an entry from PostgreSQL into C++ code that may throw
-//    or hold objects with destructors: the SQL functions that build C++
-//    values (src/sql/auth.cpp, src/sql/queue_name.cpp), the stream check of
+//    or hold objects with destructors: every C SQL function (through
+//    PGBS_SQL_FUNCTION below, which cannot be forgotten), the stream check of
 //    capture triggers, and the module's _PG_init and shmem_request steps.
 //    The C++ body runs inside try; a caught exception is turned into
 //    ereport(ERROR) only after the try scope has ended, so every destructor
-//    has run before PostgreSQL longjmps. Entries written in PostgreSQL's C
-//    API alone (the capture's triggers, hooks and callbacks, the other SQL
-//    functions) need none, and the worker's main catches at its own entry
-//    (pgbus_stream_worker_main).
+//    has run before PostgreSQL longjmps. Hooks and callbacks written in
+//    PostgreSQL's C API alone need none, and the worker's main catches at
+//    its own entry (pgbus_stream_worker_main).
 //  * pg::call() wraps every call from C++ into a PostgreSQL API that can
 //    elog(ERROR). It catches the longjmp, restores the memory context, keeps
 //    the ErrorData and throws pg::Error, so no longjmp crosses a C++ frame.
@@ -25,6 +24,7 @@
 
 extern "C" {
 #include "postgres.h"
+#include "fmgr.h"
 #include "utils/elog.h"
 #include "utils/memutils.h"
 }
@@ -71,8 +71,6 @@ template <typename F> void call(F &&fn) {
 }
 
 // Runs a C++ body called from PostgreSQL. Returns its value; any exception
-// becomes ereport(ERROR) after all C++ frames are gone.
-// Runs a C++ body called from PostgreSQL. Returns its value; any exception
 // becomes ereport(ERROR) after all C++ frames are gone (the texts travel in
 // fixed buffers, so nothing with a destructor is skipped by the longjmp).
 template <typename F> Datum entry(F &&fn) {
@@ -102,3 +100,20 @@ template <typename F> Datum entry(F &&fn) {
 }
 
 } // namespace pgbs::pg
+
+// PGBS_SQL_FUNCTION(name) { body } defines the C SQL function `name` (the
+// symbol an install script names after 'MODULE_PATHNAME'): it declares
+// PG_FUNCTION_INFO_V1(name) and runs the body, which sees `fcinfo` as usual,
+// inside pg::entry(). Every C SQL function is written this way
+// (test/lint/sql_functions.pl checks it), so none can forget the boundary.
+// What the body holds when it calls a PostgreSQL API that can elog(ERROR)
+// must have trivial destructors, or the call goes through pg::call().
+#define PGBS_SQL_FUNCTION(name)                                                                    \
+  static Datum name##_body(PG_FUNCTION_ARGS);                                                      \
+  extern "C" {                                                                                     \
+  PG_FUNCTION_INFO_V1(name);                                                                       \
+  }                                                                                                \
+  extern "C" Datum name(PG_FUNCTION_ARGS) {                                                        \
+    return ::pgbs::pg::entry([fcinfo]() -> Datum { return name##_body(fcinfo); });                 \
+  }                                                                                                \
+  static Datum name##_body(PG_FUNCTION_ARGS)

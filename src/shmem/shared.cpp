@@ -48,11 +48,11 @@ static int conns_per_worker() { return g_sizes.max_connections + 16; }
 
 static void init_stream_stats(StreamStats *st) {
   pg_atomic_init_u64(&st->subscribers, 0);
-  pg_atomic_init_u64(&st->delivered, 0);
+  pg_atomic_init_u64(&st->queued, 0);
   pg_atomic_init_u64(&st->overflow_dropped, 0);
   pg_atomic_init_u64(&st->failed, 0);
   pg_atomic_init_u64(&st->bytes_queued, 0);
-  pg_atomic_init_u64(&st->retention_dropped, 0);
+  pg_atomic_init_u64(&st->retention_removed, 0);
   pg_atomic_init_u64(&st->horizon, 0);
   SpinLockInit(&st->latency.mutex);
   memset(st->latency.window_start, 0, sizeof(st->latency.window_start));
@@ -112,9 +112,9 @@ void shmem_startup() {
       pg_atomic_init_u32(&s->worker_polling[i], 0);
       WorkerStats *ws = &s->worker_stats[i];
       pg_atomic_init_u64(&ws->connections, 0);
-      pg_atomic_init_u64(&ws->delivered, 0);
-      pg_atomic_init_u64(&ws->dropped, 0);
-      pg_atomic_init_u64(&ws->overruns, 0);
+      pg_atomic_init_u64(&ws->queued, 0);
+      pg_atomic_init_u64(&ws->overflow_dropped, 0);
+      pg_atomic_init_u64(&ws->catch_ups, 0);
       pg_atomic_init_u64(&ws->events_read, 0);
       pg_atomic_init_u64(&ws->held_back, 0);
     }

@@ -30,14 +30,15 @@ struct LatencyWindows {
   uint64 total[kLatencyBuckets]; // since start, only grows (Prometheus histogram)
 };
 
-// Per-stream figures written by the workers (summed over workers).
+// Per-stream figures written by the workers (summed over workers); the names
+// are the README's "Glossary of figures".
 struct StreamStats {
   pg_atomic_uint64 subscribers; // gauge
-  pg_atomic_uint64 delivered;
+  pg_atomic_uint64 queued;      // frames put on connections' queues
   pg_atomic_uint64 overflow_dropped;
   pg_atomic_uint64 failed;
   pg_atomic_uint64 bytes_queued;
-  pg_atomic_uint64 retention_dropped;
+  pg_atomic_uint64 retention_removed;
   pg_atomic_uint64 horizon; // highest horizon any worker reached
   LatencyWindows latency;
 };
@@ -100,9 +101,9 @@ struct BackendSlot {
 // Per-worker figures written by the worker only (read by stats()).
 struct WorkerStats {
   pg_atomic_uint64 connections;
-  pg_atomic_uint64 delivered;
-  pg_atomic_uint64 dropped;
-  pg_atomic_uint64 overruns;    // times the worker had to catch up from tables
+  pg_atomic_uint64 queued;
+  pg_atomic_uint64 overflow_dropped;
+  pg_atomic_uint64 catch_ups;   // times the worker had to catch up from tables
   pg_atomic_uint64 events_read; // ring records consumed
   pg_atomic_uint64 held_back;   // ids held back because the token would be too long
 };
@@ -115,7 +116,7 @@ constexpr int kIdentityBytes = 128 + 1; // auth::kMaxSubscriberIdBytes + NUL
 struct ConnSnapshot {
   uint64 conn_id;
   int64 connected_at_us; // Unix epoch microseconds
-  int64 queued_events, queued_bytes, delivered, dropped;
+  int64 queued_events, queued_bytes, written, overflow_dropped;
   char remote[48];
   char streams[128];
   char cursor[256];

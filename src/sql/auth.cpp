@@ -19,8 +19,6 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_sign_token);
 }
 
 #include "pg/guard.hpp"
@@ -36,7 +34,7 @@ namespace {
 
 // sign_token(streams text[], ttl interval, sub text, ctx jsonb) returns an
 // HS256 JWT granting streams until now + ttl.
-extern "C" Datum pgbus_stream_sign_token(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_sign_token) {
   const char *setting = pgbs::settings::jwt_secret();
   if (setting == nullptr || setting[0] == '\0')
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -13,11 +13,8 @@ extern "C" {
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_auto_attach_match);
-PG_FUNCTION_INFO_V1(pgbus_stream_stream_born);
-PG_FUNCTION_INFO_V1(pgbus_stream_stream_awaited);
 }
+#include "pg/guard.hpp"
 
 namespace {
 
@@ -38,7 +35,7 @@ void on_xact(XactEvent event, void *) {
 
 // _auto_attach_match(queue): whether pgbus_stream.auto_attach captures a
 // PGMQ queue of this name. Nothing here allocates or throws.
-extern "C" Datum pgbus_stream_auto_attach_match(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_auto_attach_match) {
   text *queue = PG_GETARG_TEXT_PP(0);
   const char *patterns = pgbs::settings::auto_attach();
   PG_RETURN_BOOL(pgbs::names::auto_attach_matches(
@@ -50,7 +47,7 @@ extern "C" Datum pgbus_stream_auto_attach_match(PG_FUNCTION_ARGS) {
 // id. It takes no entry (auto-attached queues are
 // many, and most are never watched) and, unlike _catalog_changed(), does
 // not make the workers reload.
-extern "C" Datum pgbus_stream_stream_born(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_stream_born) {
   pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
   if (!g_callback) {
     RegisterXactCallback(on_xact, nullptr);
@@ -62,7 +59,7 @@ extern "C" Datum pgbus_stream_stream_born(PG_FUNCTION_ARGS) {
 
 // _stream_awaited(name): whether a subscription waits for this stream (its
 // queue is then hooked in the transaction that creates it).
-extern "C" Datum pgbus_stream_stream_awaited(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_stream_awaited) {
   text *name = PG_GETARG_TEXT_PP(0);
   char *cname = text_to_cstring(name);
   PG_RETURN_BOOL(pgbs::shmem::stream_awaited(MyDatabaseId, cname));

@@ -14,15 +14,14 @@ extern "C" {
 #include "postgres.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_disconnect);
 }
+#include "pg/guard.hpp"
 
 namespace {
 constexpr int kWaitMs = 5000; // for every running worker to handle the request
 } // namespace
 
-extern "C" Datum pgbus_stream_disconnect(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_disconnect) {
   const bool by_sub = !PG_ARGISNULL(0), by_conn = !PG_ARGISNULL(1);
   if (by_sub == by_conn)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -17,9 +17,8 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_presence);
 }
+#include "pg/guard.hpp"
 #include "pg/compat.hpp"
 
 namespace {
@@ -52,7 +51,7 @@ bool may_see_private() {
 
 } // namespace
 
-extern "C" Datum pgbus_stream_presence(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_presence) {
   if (PG_ARGISNULL(0))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("pgbus_stream: stream name must not be NULL")));

@@ -7,11 +7,10 @@ extern "C" {
 #include "postgres.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_queue_problem);
 }
+#include "pg/guard.hpp"
 
-extern "C" Datum pgbus_stream_queue_problem(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_queue_problem) {
   unsigned owner = 0;
   char why[256];
   if (pgbs::pg::queue_table_ok(PG_GETARG_OID(0), &owner, why, sizeof(why)))

@@ -8,10 +8,6 @@ extern "C" {
 #include "postgres.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_queue_name);
-PG_FUNCTION_INFO_V1(pgbus_stream_queue_name_or_null);
-PG_FUNCTION_INFO_V1(pgbus_stream_echo);
 }
 
 #include "pg/echo.hpp"
@@ -27,7 +23,7 @@ std::string_view arg_text(text *t) { return {VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t
 
 // queue_name(logical): the PGMQ queue the pgbus gem uses for a logical stream
 // name. The C++ part runs inside pg::entry; errors are raised after it.
-extern "C" Datum pgbus_stream_queue_name(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_queue_name) {
   text *logical = PG_GETARG_TEXT_PP(0);
   pgbs::names::QueueNameError err = pgbs::names::QueueNameError::None;
   text *result = nullptr;
@@ -59,7 +55,7 @@ extern "C" Datum pgbus_stream_queue_name(PG_FUNCTION_ARGS) {
 }
 
 // _queue_name_or_null(logical): queue_name(), NULL where it would fail.
-extern "C" Datum pgbus_stream_queue_name_or_null(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_queue_name_or_null) {
   text *logical = PG_GETARG_TEXT_PP(0);
   text *result = nullptr;
   pgbs::pg::entry([&]() -> Datum {
@@ -76,6 +72,6 @@ extern "C" Datum pgbus_stream_queue_name_or_null(PG_FUNCTION_ARGS) {
 
 // _echo(text): what an error message shows of a caller's text
 // (names::echo: at most 64 bytes, then "..." and the size).
-extern "C" Datum pgbus_stream_echo(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_echo) {
   PG_RETURN_TEXT_P(cstring_to_text(pgbs::pg::echo(arg_text(PG_GETARG_TEXT_PP(0)))));
 }

@@ -12,11 +12,10 @@ extern "C" {
 #include "replication/walreceiver.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_replication);
 }
+#include "pg/guard.hpp"
 
-extern "C" Datum pgbus_stream_replication(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_replication) {
   TupleDesc desc;
   if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
     ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

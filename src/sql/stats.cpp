@@ -14,15 +14,11 @@ extern "C" {
 #include "utils/tuplestore.h"
 #include "datatype/timestamp.h"
 #include "storage/lwlock.h"
-
-PG_FUNCTION_INFO_V1(pgbus_stream_stream_stats);
-PG_FUNCTION_INFO_V1(pgbus_stream_worker_stats);
-PG_FUNCTION_INFO_V1(pgbus_stream_connections);
-PG_FUNCTION_INFO_V1(pgbus_stream_diagnostics);
 }
+#include "pg/guard.hpp"
 
 // _stream_stats(): one row per stream of this database known to shared memory.
-extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_stream_stats) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Shared *s = pgbs::shmem::shared();
@@ -37,7 +33,7 @@ extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
     values[0] = Int64GetDatum(e->stream_id);
     values[1] = Int64GetDatum((int64)pg_atomic_read_u64(&st->subscribers));
     values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&e->events));
-    values[3] = Int64GetDatum((int64)pg_atomic_read_u64(&st->delivered));
+    values[3] = Int64GetDatum((int64)pg_atomic_read_u64(&st->queued));
     values[4] = Int64GetDatum((int64)pg_atomic_read_u64(&st->overflow_dropped));
     values[5] = Int64GetDatum((int64)pg_atomic_read_u64(&st->failed));
     values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&st->bytes_queued));
@@ -49,7 +45,7 @@ extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
     } else {
       nulls[8] = nulls[9] = true;
     }
-    values[10] = Int64GetDatum((int64)pg_atomic_read_u64(&st->retention_dropped));
+    values[10] = Int64GetDatum((int64)pg_atomic_read_u64(&st->retention_removed));
     values[11] = Int64GetDatum((int64)pg_atomic_read_u64(&st->horizon));
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
@@ -57,7 +53,7 @@ extern "C" Datum pgbus_stream_stream_stats(PG_FUNCTION_ARGS) {
 }
 
 // _worker_stats(): one row per running worker.
-extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_worker_stats) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Shared *s = pgbs::shmem::shared();
@@ -66,15 +62,16 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
     if (pid == 0)
       continue;
     pgbs::shmem::WorkerStats *w = &s->worker_stats[i];
-    // 0.1.0's workers() declares the first nine columns: only those are read.
-    Datum values[12];
-    bool nulls[12] = {false};
+    // 0.1.0's workers() declares the first nine columns, 0.2.0's twelve:
+    // only those are read. The last is 0.2.0's name of queued (one version).
+    Datum values[13];
+    bool nulls[13] = {false};
     values[0] = Int32GetDatum(i);
     values[1] = Int32GetDatum((int32)pid);
     values[2] = Int64GetDatum((int64)pg_atomic_read_u64(&w->connections));
-    values[3] = Int64GetDatum((int64)pg_atomic_read_u64(&w->delivered));
-    values[4] = Int64GetDatum((int64)pg_atomic_read_u64(&w->dropped));
-    values[5] = Int64GetDatum((int64)pg_atomic_read_u64(&w->overruns));
+    values[3] = Int64GetDatum((int64)pg_atomic_read_u64(&w->queued));
+    values[4] = Int64GetDatum((int64)pg_atomic_read_u64(&w->overflow_dropped));
+    values[5] = Int64GetDatum((int64)pg_atomic_read_u64(&w->catch_ups));
     values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&w->events_read));
     values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&s->ring_overflows));
     values[8] = Int64GetDatum((int64)pg_atomic_read_u64(&w->held_back));
@@ -87,13 +84,14 @@ extern "C" Datum pgbus_stream_worker_stats(PG_FUNCTION_ARGS) {
       if (s->streams[k].dboid == MyDatabaseId && pgbs::shmem::held_by_worker(&s->streams[k], i))
         held++;
     values[11] = Int64GetDatum(held);
+    values[12] = values[3];
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;
 }
 
 // connections(): one row per live SSE connection, from every worker.
-extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_connections) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Shared *s = pgbs::shmem::shared();
@@ -110,8 +108,10 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
     LWLockRelease(wc->lock);
     for (int i = 0; i < n; i++) {
       pgbs::shmem::ConnSnapshot *c = &copy[i];
-      Datum values[12];
-      bool nulls[12] = {false};
+      // Before 0.3.0 the declared columns end at subscriber; the last two
+      // are 0.2.0's names of written and overflow_dropped (one version).
+      Datum values[14];
+      bool nulls[14] = {false};
       char idbuf[24];
       snprintf(idbuf, sizeof(idbuf), "%016llx", (unsigned long long)c->conn_id);
       values[0] = CStringGetTextDatum(idbuf);
@@ -125,13 +125,15 @@ extern "C" Datum pgbus_stream_connections(PG_FUNCTION_ARGS) {
       values[5] = CStringGetTextDatum(c->cursor);
       values[6] = Int64GetDatum(c->queued_events);
       values[7] = Int64GetDatum(c->queued_bytes);
-      values[8] = Int64GetDatum(c->delivered);
-      values[9] = Int64GetDatum(c->dropped);
+      values[8] = Int64GetDatum(c->written);
+      values[9] = Int64GetDatum(c->overflow_dropped);
       values[10] = CStringGetTextDatum(c->state);
       if (c->subscriber[0])
         values[11] = CStringGetTextDatum(c->subscriber);
       else
         nulls[11] = true;
+      values[12] = values[8];
+      values[13] = values[9];
       tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     pfree(copy);
@@ -146,7 +148,7 @@ static Datum unix_us_to_timestamptz(int64 us) {
 
 // diagnostics(): the ring of recent lifecycle events, oldest first, with the
 // number of older entries it no longer holds.
-extern "C" Datum pgbus_stream_diagnostics(PG_FUNCTION_ARGS) {
+PGBS_SQL_FUNCTION(pgbus_stream_diagnostics) {
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
   pgbs::shmem::Diagnostics *d = &pgbs::shmem::shared()->diagnostics;

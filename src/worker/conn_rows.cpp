@@ -48,8 +48,8 @@ bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo
   r->connected_at_us = ci.connected_at_us;
   r->queued_events = (int64)ci.queued_events;
   r->queued_bytes = (int64)ci.queued_bytes;
-  r->delivered = (int64)ci.delivered;
-  r->dropped = (int64)ci.dropped;
+  r->written = (int64)ci.written;
+  r->overflow_dropped = (int64)ci.overflow_dropped;
   copy_text(r->remote, sizeof(r->remote), ci.remote_addr);
   copy_text(r->streams, sizeof(r->streams), streams_);
   copy_text(r->cursor, sizeof(r->cursor), cursor_);

@@ -88,12 +88,12 @@ void ShmemObserver::stream_figures(void *stream, const engine::StreamDelta &d) {
   if (!e)
     return;
   shmem::StreamStats *ss = &e->stats;
-  if (d.delivered)
-    pg_atomic_fetch_add_u64(&ss->delivered, d.delivered);
-  if (d.dropped)
-    pg_atomic_fetch_add_u64(&ss->overflow_dropped, d.dropped);
-  if (d.bytes)
-    pg_atomic_fetch_add_u64(&ss->bytes_queued, d.bytes);
+  if (d.queued)
+    pg_atomic_fetch_add_u64(&ss->queued, d.queued);
+  if (d.overflow_dropped)
+    pg_atomic_fetch_add_u64(&ss->overflow_dropped, d.overflow_dropped);
+  if (d.bytes_queued)
+    pg_atomic_fetch_add_u64(&ss->bytes_queued, d.bytes_queued);
   if (d.failed)
     pg_atomic_fetch_add_u64(&ss->failed, d.failed);
   if (d.latency_us >= 0)
@@ -153,7 +153,7 @@ void ShmemObserver::horizon(void *stream, int64_t horizon) {
 // nobody here watches, or dormant): by key, if the entry exists.
 void ShmemObserver::retention_removed(int64_t stream_id, void *stream, int64_t rows) {
   auto add = [](shmem::StreamEntry *e, void *n) {
-    pg_atomic_fetch_add_u64(&e->stats.retention_dropped, *static_cast<uint64 *>(n));
+    pg_atomic_fetch_add_u64(&e->stats.retention_removed, *static_cast<uint64 *>(n));
   };
   uint64 n = (uint64)rows;
   if (shmem::StreamEntry *e = entry(stream))
@@ -368,10 +368,10 @@ void read_figures(shmem::StreamEntry *e, void *arg) {
   shmem::StreamStats *ss = &e->stats;
   f->subscribers = (int64_t)pg_atomic_read_u64(&ss->subscribers);
   f->emitted = (int64_t)pg_atomic_read_u64(&e->events);
-  f->delivered = (int64_t)pg_atomic_read_u64(&ss->delivered);
+  f->queued = (int64_t)pg_atomic_read_u64(&ss->queued);
   f->overflow_dropped = (int64_t)pg_atomic_read_u64(&ss->overflow_dropped);
   f->failed = (int64_t)pg_atomic_read_u64(&ss->failed);
-  f->bytes_sent = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
+  f->bytes_queued = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
   f->newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
   f->has_latency =
       shmem::latency_percentiles(&ss->latency, r->now_pg, &f->latency_p50_ms, &f->latency_p99_ms);

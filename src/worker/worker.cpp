@@ -221,9 +221,9 @@ void publish_stats(const Hub &hub, const http::Server &server) {
   shmem::WorkerStats *ws = &shmem::shared()->worker_stats[worker_index];
   const engine::Counters &c = hub.counters();
   pg_atomic_write_u64(&ws->connections, server.connection_count());
-  pg_atomic_write_u64(&ws->delivered, c.delivered);
-  pg_atomic_write_u64(&ws->dropped, c.dropped);
-  pg_atomic_write_u64(&ws->overruns, c.overruns);
+  pg_atomic_write_u64(&ws->queued, c.queued);
+  pg_atomic_write_u64(&ws->overflow_dropped, c.overflow_dropped);
+  pg_atomic_write_u64(&ws->catch_ups, c.catch_ups);
   pg_atomic_write_u64(&ws->events_read, c.events);
   pg_atomic_write_u64(&ws->held_back, c.held_back);
 }
@@ -240,9 +240,9 @@ metrics::Snapshot snapshot(const Hub &hub) {
     if (pg_atomic_read_u32(&sh->worker_pid[i]) != 0)
       s.connections += (int64_t)pg_atomic_read_u64(&sh->worker_stats[i].connections);
   const engine::Counters &c = hub.counters();
-  s.delivered = c.delivered;
-  s.dropped = c.dropped;
-  s.catch_ups = c.overruns;
+  s.queued = c.queued;
+  s.overflow_dropped = c.overflow_dropped;
+  s.catch_ups = c.catch_ups;
   s.rows_read = c.rows_read;
   s.ring_overflows = pg_atomic_read_u64(&sh->ring_overflows);
   s.database_ok = database_ok;

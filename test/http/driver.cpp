@@ -334,10 +334,11 @@ private:
           server_.push(s.conn, data_frame("", rest));
     } else if (cmd == "stats") {
       for (const http::ConnectionInfo &c : server_.connections())
-        printf("conn %llu %s queued_events=%zu queued_bytes=%zu delivered=%llu dropped=%llu\n",
-               static_cast<unsigned long long>(c.conn_id), c.remote_addr.c_str(), c.queued_events,
-               c.queued_bytes, static_cast<unsigned long long>(c.delivered),
-               static_cast<unsigned long long>(c.dropped));
+        printf(
+            "conn %llu %s queued_events=%zu queued_bytes=%zu written=%llu overflow_dropped=%llu\n",
+            static_cast<unsigned long long>(c.conn_id), c.remote_addr.c_str(), c.queued_events,
+            c.queued_bytes, static_cast<unsigned long long>(c.written),
+            static_cast<unsigned long long>(c.overflow_dropped));
       printf("stats end count=%zu\n", server_.connection_count());
     } else if (cmd == "close") {
       auto it = subs_.find(strtoull(arg1.c_str(), nullptr, 10));

@@ -296,7 +296,7 @@ sleep 1.5
 ctl stats
 wait_log '^stats end' 2
 line=$(grep "^conn $flood_id " "$T/driver.log" | tail -1)
-dropped=$(sed -n 's/.*dropped=\([0-9]*\).*/\1/p' <<<"$line")
+dropped=$(sed -n 's/.*overflow_dropped=\([0-9]*\).*/\1/p' <<<"$line")
 qe=$(sed -n 's/.*queued_events=\([0-9]*\).*/\1/p' <<<"$line")
 check "drop_oldest: stuck client drops events ($line)" test "${dropped:-0}" -gt 0
 check "  and its queue stays within queue_max_events" test "${qe:-999}" -le 100

@@ -20,7 +20,7 @@ sub rows { return $pg->safe_psql('postgres', "SELECT count(*) FROM pgbus_stream.
 my $deadline = time + 15;
 sleep 0.2 while rows('keep5') > 5 && time < $deadline;
 is(rows('keep5'), 5, 'max_messages: only the newest 5 rows are kept');
-is($pg->safe_psql('postgres', q{SELECT dropped || ' ' || retention_floor FROM pgbus_stream.stats() WHERE stream = 'keep5'}),
+is($pg->safe_psql('postgres', q{SELECT retention_removed || ' ' || retention_floor FROM pgbus_stream.stats() WHERE stream = 'keep5'}),
 	"15 $ids[14]", 'stats(): 15 removed, retention floor at the 15th id');
 
 my $c = $pg->open_stream('keep5', query => "since=$ids[1]");

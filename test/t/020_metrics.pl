@@ -1,5 +1,5 @@
 # 020_metrics: the figures agree with what really happened. N broadcasts to
-# M live subscribers make stats() delivered grow by exactly N*M, and
+# M live subscribers make stats() queued grow by exactly N*M, and
 # /metrics (read with a strict parser of the Prometheus text format 0.0.4,
 # written below) shows the same number; /stats.json agrees; connections()
 # lists the M connections within a second; /healthz answers 200. Then the
@@ -236,10 +236,10 @@ sub metrics
 sub stats_row
 {
 	my $r = $pg->safe_psql('postgres',
-		"SELECT subscribers, emitted, delivered, overflow_dropped, failed, newest_id, latency_p99_ms IS NOT NULL "
+		"SELECT subscribers, emitted, queued, overflow_dropped, failed, newest_id, latency_p99_ms IS NOT NULL "
 		  . "FROM pgbus_stream.stats() WHERE stream = '$STREAM'");
 	my %h;
-	@h{qw(subscribers emitted delivered overflow_dropped failed newest_id has_p99)} = split /\|/, $r;
+	@h{qw(subscribers emitted queued overflow_dropped failed newest_id has_p99)} = split /\|/, $r;
 	return \%h;
 }
 
@@ -266,7 +266,7 @@ my $doc = eval { parse_prometheus($body) };
 ok($doc, 'GET /metrics: valid text format 0.0.4') or diag($@ . "\n" . $body);
 is(prom_value($doc, 'pgbus_stream_up', worker => 0), 1, 'pgbus_stream_up{worker="0"} 1');
 for my $f (
-	qw(pgbus_stream_connections pgbus_stream_delivered_total pgbus_stream_stream_delivered_total
+	qw(pgbus_stream_connections pgbus_stream_queued_total pgbus_stream_stream_queued_total
 	pgbus_stream_stream_subscribers pgbus_stream_commit_latency_seconds))
 {
 	ok($doc->{families}{$f}, "family $f is exposed");
@@ -298,10 +298,10 @@ ok(wait_for(sub { stats_row()->{subscribers} == $M }), "stats(): subscribers = $
 
 my $before = stats_row();
 $doc = metrics();
-my $w_before = prom_value($doc, 'pgbus_stream_delivered_total', worker => 0);
+my $w_before = prom_value($doc, 'pgbus_stream_queued_total', worker => 0);
 my $single_worker = $pg->safe_psql('postgres', 'SELECT count(*) FROM pgbus_stream.workers()') == 1;
-is(prom_value($doc, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
-	$before->{delivered}, '/metrics and stats() agree before the broadcasts');
+is(prom_value($doc, 'pgbus_stream_stream_queued_total', stream => $STREAM),
+	$before->{queued}, '/metrics and stats() agree before the broadcasts');
 
 # ---- N broadcasts ----
 
@@ -310,25 +310,49 @@ $last_id = $pg->broadcast($STREAM, "m$_") for 1 .. $N;
 is(scalar(grep { $_->wait_for_data_events($N, 10) } @subs), $M, "each subscriber got the $N broadcasts");
 is(scalar(grep { scalar($_->data_events) == $N } @subs), $M, '... exactly once');
 
-my $want = $before->{delivered} + $N * $M;
-ok(wait_for(sub { stats_row()->{delivered} >= $want }), 'stats() delivered caught up');
+my $want = $before->{queued} + $N * $M;
+ok(wait_for(sub { stats_row()->{queued} >= $want }), 'stats() queued caught up');
 sleep 0.5;    # an over-count would show by now
 my $after = stats_row();
-is($after->{delivered} - $before->{delivered}, $N * $M, "stats(): delivered grew by exactly N*M = @{[$N*$M]}");
+is($after->{queued} - $before->{queued}, $N * $M, "stats(): queued grew by exactly N*M = @{[$N*$M]}");
 is($after->{emitted} - $before->{emitted}, $N, "stats(): emitted grew by N = $N");
 is($after->{newest_id}, $last_id, 'stats(): newest_id is the last msg_id');
 is($after->{overflow_dropped} + $after->{failed}, 0, 'stats(): nothing dropped or failed');
 is($after->{has_p99}, 't', 'stats(): a p99 latency');
+is($pg->safe_psql('postgres',
+		"SELECT delivered = queued AND dropped = retention_removed AND bytes_sent = bytes_queued "
+		  . "FROM pgbus_stream.stats() WHERE stream = '$STREAM'"),
+	't', "stats(): 0.2.0's delivered, dropped, bytes_sent equal queued, retention_removed, bytes_queued");
+# Each connection wrote the N frames to its socket (connections() is refreshed
+# about twice a second); 0.2.0's names show the same figures.
+ok( wait_for(
+		sub {
+			$pg->safe_psql('postgres',
+				"SELECT count(*) FROM pgbus_stream.connections() WHERE streams = '$STREAM' AND written >= $N "
+				  . "AND overflow_dropped = 0 AND delivered = written AND dropped = overflow_dropped") == $M;
+		}),
+	"connections(): each of the $M connections wrote $N frames; delivered = written, dropped = overflow_dropped");
 
 $doc = metrics();
-is(prom_value($doc, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
-	$after->{delivered}, "/metrics pgbus_stream_stream_delivered_total{stream=\"$STREAM\"} equals stats()");
+is(prom_value($doc, 'pgbus_stream_stream_queued_total', stream => $STREAM),
+	$after->{queued}, "/metrics pgbus_stream_stream_queued_total{stream=\"$STREAM\"} equals stats()");
 is(prom_value($doc, 'pgbus_stream_stream_emitted_total', stream => $STREAM),
 	$after->{emitted}, '/metrics emitted equals stats()');
 is(prom_value($doc, 'pgbus_stream_stream_newest_id', stream => $STREAM), $last_id, '/metrics newest_id');
 is(prom_value($doc, 'pgbus_stream_stream_subscribers', stream => $STREAM), $M, "/metrics subscribers = $M");
-cmp_ok(prom_value($doc, 'pgbus_stream_stream_bytes_sent_total', stream => $STREAM),
-	'>', 0, '/metrics bytes sent');
+cmp_ok(prom_value($doc, 'pgbus_stream_stream_bytes_queued_total', stream => $STREAM),
+	'>', 0, '/metrics bytes queued');
+is(prom_value($doc, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
+	$after->{queued}, "/metrics: 0.2.0's pgbus_stream_stream_delivered_total (deprecated) equals queued");
+is(prom_value($doc, 'pgbus_stream_stream_bytes_sent_total', stream => $STREAM),
+	prom_value($doc, 'pgbus_stream_stream_bytes_queued_total', stream => $STREAM),
+	"/metrics: 0.2.0's pgbus_stream_stream_bytes_sent_total (deprecated) equals bytes_queued");
+is(prom_value($doc, 'pgbus_stream_delivered_total', worker => 0),
+	prom_value($doc, 'pgbus_stream_queued_total', worker => 0),
+	"/metrics: 0.2.0's pgbus_stream_delivered_total (deprecated) equals queued");
+is(prom_value($doc, 'pgbus_stream_dropped_total', worker => 0),
+	prom_value($doc, 'pgbus_stream_overflow_dropped_total', worker => 0),
+	"/metrics: 0.2.0's pgbus_stream_dropped_total (deprecated) equals overflow_dropped");
 my $count = prom_value($doc, 'pgbus_stream_commit_latency_seconds_count', stream => $STREAM);
 ok($count >= 1 && $count <= $N, "/metrics latency histogram counts the broadcasts (1..$N: $count)");
 ok(prom_value($doc, 'pgbus_stream_stream_horizon', stream => $STREAM) >= $last_id,
@@ -336,8 +360,8 @@ ok(prom_value($doc, 'pgbus_stream_stream_horizon', stream => $STREAM) >= $last_i
 SKIP:
 {
 	skip 'more than one worker: the worker counters are split', 1 unless $single_worker;
-	is(prom_value($doc, 'pgbus_stream_delivered_total', worker => 0) - $w_before,
-		$N * $M, 'pgbus_stream_delivered_total{worker="0"} grew by N*M');
+	is(prom_value($doc, 'pgbus_stream_queued_total', worker => 0) - $w_before,
+		$N * $M, 'pgbus_stream_queued_total{worker="0"} grew by N*M');
 }
 
 ($st, $type, $body) = http_get('/stats.json');
@@ -346,7 +370,7 @@ like($type, qr{^application/json}, 'GET /stats.json: application/json');
 my $json = eval { JSON::PP->new->decode($body) };
 ok($json, 'GET /stats.json: valid JSON') or diag($@);
 my ($js) = grep { $_->{name} eq $STREAM } @{ $json->{streams} // [] };
-is($js && $js->{delivered}, $after->{delivered}, '/stats.json delivered equals stats()');
+is($js && $js->{queued}, $after->{queued}, '/stats.json queued equals stats()');
 is($json->{connections}, $M, "/stats.json connections = $M");
 ok($js && defined $js->{latency_p99_ms}, '/stats.json p99 latency');
 
@@ -365,12 +389,12 @@ is( wait_for(
 	'connections() drops the closed connection');
 $pg->broadcast($STREAM, "again$_") for 1 .. $N;
 is(scalar(grep { $_->wait_for_data_events(2 * $N, 10) } @subs), $M - 1, 'remaining subscribers got them');
-ok(wait_for(sub { stats_row()->{delivered} >= $after->{delivered} + $N * ($M - 1) }), 'stats() caught up');
+ok(wait_for(sub { stats_row()->{queued} >= $after->{queued} + $N * ($M - 1) }), 'stats() caught up');
 sleep 0.5;
 my $final = stats_row();
-is($final->{delivered} - $after->{delivered}, $N * ($M - 1), 'delivered grew by exactly N*(M-1)');
-is(prom_value(metrics(), 'pgbus_stream_stream_delivered_total', stream => $STREAM),
-	$final->{delivered}, '/metrics still equals stats()');
+is($final->{queued} - $after->{queued}, $N * ($M - 1), 'queued grew by exactly N*(M-1)');
+is(prom_value(metrics(), 'pgbus_stream_stream_queued_total', stream => $STREAM),
+	$final->{queued}, '/metrics still equals stats()');
 
 $_->close for @subs;
 $pg->finish;
@@ -398,24 +422,26 @@ $took = time - $t0;
 ok($per_worker, "connections() shows the $M2 connections of both workers");
 cmp_ok($took, '<=', 1.0, sprintf('... within a second (%.2f s)', $took));
 note("workers holding connections: " . (split /\|/, $per_worker // '|')[1]);
-my $w_sum = sub { $pg->safe_psql('postgres', 'SELECT sum(delivered) FROM pgbus_stream.workers()') };
+my $w_sum = sub { $pg->safe_psql('postgres', 'SELECT sum(queued) FROM pgbus_stream.workers()') };
 $before = stats_row();
 my $w_sum_before = $w_sum->();
 $pg->broadcast($STREAM, "two$_") for 1 .. $N;
 is(scalar(grep { $_->wait_for_data_events($N, 10) } @subs), $M2, "each subscriber got the $N broadcasts");
-ok(wait_for(sub { stats_row()->{delivered} >= $before->{delivered} + $N * $M2 }), 'stats() caught up');
+ok(wait_for(sub { stats_row()->{queued} >= $before->{queued} + $N * $M2 }), 'stats() caught up');
 sleep 0.5;
 $after = stats_row();
-is($after->{delivered} - $before->{delivered}, $N * $M2, "two workers: delivered grew by exactly N*M = @{[$N*$M2]}");
-is($w_sum->() - $w_sum_before, $N * $M2, 'two workers: workers() delivered grew by N*M in total');
+is($after->{queued} - $before->{queued}, $N * $M2, "two workers: queued grew by exactly N*M = @{[$N*$M2]}");
+is($w_sum->() - $w_sum_before, $N * $M2, 'two workers: workers() queued grew by N*M in total');
+is($pg->safe_psql('postgres', 'SELECT count(*) FILTER (WHERE delivered = queued) FROM pgbus_stream.workers()'),
+	2, "workers(): 0.2.0's delivered equals queued on both workers");
 my %answered;
 for my $i (1 .. 8)
 {
 	my $d = metrics();
 	my ($w) = map { $_->{labels}{worker} } @{ $d->{families}{pgbus_stream_up}{samples} };
 	$answered{$w}++;
-	is(prom_value($d, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
-		$after->{delivered}, "scrape $i (worker $w): stream delivered equals stats()");
+	is(prom_value($d, 'pgbus_stream_stream_queued_total', stream => $STREAM),
+		$after->{queued}, "scrape $i (worker $w): stream queued equals stats()");
 	is(prom_value($d, 'pgbus_stream_connections'), $M2, "scrape $i (worker $w): connections of both workers");
 }
 note('scrapes answered by worker(s) ' . join(', ', map { "$_ x$answered{$_}" } sort keys %answered));
@@ -453,8 +479,8 @@ for (1 .. 60)
 	}
 }
 ok($x_doc, "worker $x answered one of at most 60 scrapes");
-is($x_doc && prom_value($x_doc, 'pgbus_stream_stream_delivered_total', stream => $STREAM),
-	$after->{delivered}, "scrape of worker $x, with no connection on the stream: delivered equals stats()");
+is($x_doc && prom_value($x_doc, 'pgbus_stream_stream_queued_total', stream => $STREAM),
+	$after->{queued}, "scrape of worker $x, with no connection on the stream: queued equals stats()");
 is($x_doc && prom_value($x_doc, 'pgbus_stream_stream_emitted_total', stream => $STREAM),
 	stats_row()->{emitted}, "... and emitted too");
 

@@ -236,7 +236,7 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 				$max_sendq = $sq->{$p} if defined $sq->{$p} && $sq->{$p} > $max_sendq;
 			}
 			for my $row (split /\n/, $pg->safe_psql('postgres',
-				q{SELECT remote_addr, queued_events, queued_bytes, dropped, state FROM pgbus_stream.connections()}))
+				q{SELECT remote_addr, queued_events, queued_bytes, overflow_dropped, state FROM pgbus_stream.connections()}))
 			{
 				my ($addr, $qe, $qb, $dropped, $state) = split /\|/, $row;
 				my ($p) = $addr =~ /:(\d+)$/;
@@ -397,8 +397,8 @@ pgbus_stream.queue_max_bytes = $QMAX_BYTES
 	ok(!$normal->closed, "$policy: the normal client is still connected");
 	$normal->close;
 	my @w = split /\|/, $pg->safe_psql('postgres',
-		'SELECT delivered, overflow_dropped FROM pgbus_stream.workers()');
-	note("$policy: workers(): delivered $w[0], overflow_dropped $w[1]");
+		'SELECT queued, overflow_dropped FROM pgbus_stream.workers()');
+	note("$policy: workers(): queued $w[0], overflow_dropped $w[1]");
 	if ($policy eq 'lag') { is($w[1], 0, "$policy: workers() counted no overflow drop") }
 	elsif ($policy ne 'disconnect') { ok($w[1] > 0, "$policy: workers() counted overflow drops ($w[1])") }
 	$pg->finish;

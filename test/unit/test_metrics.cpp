@@ -445,10 +445,10 @@ StreamFigures stream(const std::string &name, int64_t base) {
   f.name = name;
   f.subscribers = base + 1;
   f.emitted = base + 2;
-  f.delivered = base + 3;
+  f.queued = base + 3;
   f.overflow_dropped = base + 4;
   f.failed = base + 5;
-  f.bytes_sent = base + 6;
+  f.bytes_queued = base + 6;
   f.newest_id = base + 7;
   f.horizon = base + 8;
   return f;
@@ -459,8 +459,8 @@ Snapshot sample_snapshot() {
   s.now_us = 1700000000123456;
   s.worker = 2;
   s.connections = 17;
-  s.delivered = 1000;
-  s.dropped = 3;
+  s.queued = 1000;
+  s.overflow_dropped = 3;
   s.catch_ups = 5;
   s.ring_overflows = 1;
   s.rows_read = 7;
@@ -521,7 +521,7 @@ TEST(Prometheus, EmptySnapshotIsValid) {
   const auto e = parse_exposition(render_prometheus(s));
   EXPECT_EQ(e.value("pgbus_stream_up", {{"worker", "0"}}), 1);
   EXPECT_EQ(e.value("pgbus_stream_connections", {}), 0);
-  EXPECT_TRUE(e.family("pgbus_stream_stream_delivered_total").samples.empty());
+  EXPECT_TRUE(e.family("pgbus_stream_stream_queued_total").samples.empty());
   EXPECT_EQ(e.family("pgbus_stream_commit_latency_seconds").type, "histogram");
 }
 
@@ -530,20 +530,25 @@ TEST(Prometheus, EveryFamilyHasHelpAndTheRightType) {
   const std::map<std::string, std::string> want = {
       {"pgbus_stream_up", "gauge"},
       {"pgbus_stream_connections", "gauge"},
-      {"pgbus_stream_delivered_total", "counter"},
-      {"pgbus_stream_dropped_total", "counter"},
+      {"pgbus_stream_queued_total", "counter"},
+      {"pgbus_stream_overflow_dropped_total", "counter"},
       {"pgbus_stream_catch_ups_total", "counter"},
       {"pgbus_stream_ring_overflows_total", "counter"},
       {"pgbus_stream_rows_read_total", "counter"},
       {"pgbus_stream_stream_subscribers", "gauge"},
       {"pgbus_stream_stream_emitted_total", "counter"},
-      {"pgbus_stream_stream_delivered_total", "counter"},
+      {"pgbus_stream_stream_queued_total", "counter"},
       {"pgbus_stream_stream_overflow_dropped_total", "counter"},
       {"pgbus_stream_stream_failed_total", "counter"},
-      {"pgbus_stream_stream_bytes_sent_total", "counter"},
+      {"pgbus_stream_stream_bytes_queued_total", "counter"},
       {"pgbus_stream_stream_newest_id", "gauge"},
       {"pgbus_stream_stream_horizon", "gauge"},
       {"pgbus_stream_commit_latency_seconds", "histogram"},
+      // 0.2.0's names, deprecated aliases for one version
+      {"pgbus_stream_delivered_total", "counter"},
+      {"pgbus_stream_dropped_total", "counter"},
+      {"pgbus_stream_stream_delivered_total", "counter"},
+      {"pgbus_stream_stream_bytes_sent_total", "counter"},
   };
   EXPECT_EQ(e.families.size(), want.size());
   for (const auto &[name, type] : want) {
@@ -559,7 +564,9 @@ TEST(Prometheus, WorkerFigures) {
   const Labels w = {{"worker", "2"}};
   EXPECT_EQ(e.value("pgbus_stream_up", w), 1);
   EXPECT_EQ(e.value("pgbus_stream_connections", {}), 17);
-  EXPECT_EQ(e.value("pgbus_stream_delivered_total", w), 1000);
+  EXPECT_EQ(e.value("pgbus_stream_queued_total", w), 1000);
+  EXPECT_EQ(e.value("pgbus_stream_overflow_dropped_total", w), 3);
+  EXPECT_EQ(e.value("pgbus_stream_delivered_total", w), 1000); // deprecated aliases
   EXPECT_EQ(e.value("pgbus_stream_dropped_total", w), 3);
   EXPECT_EQ(e.value("pgbus_stream_catch_ups_total", w), 5);
   EXPECT_EQ(e.value("pgbus_stream_ring_overflows_total", w), 1);
@@ -578,9 +585,11 @@ TEST(Prometheus, StreamFigures) {
     const Labels l = {{"stream", name}};
     EXPECT_EQ(e.value("pgbus_stream_stream_subscribers", l), base + 1);
     EXPECT_EQ(e.value("pgbus_stream_stream_emitted_total", l), base + 2);
-    EXPECT_EQ(e.value("pgbus_stream_stream_delivered_total", l), base + 3);
+    EXPECT_EQ(e.value("pgbus_stream_stream_queued_total", l), base + 3);
     EXPECT_EQ(e.value("pgbus_stream_stream_overflow_dropped_total", l), base + 4);
     EXPECT_EQ(e.value("pgbus_stream_stream_failed_total", l), base + 5);
+    EXPECT_EQ(e.value("pgbus_stream_stream_bytes_queued_total", l), base + 6);
+    EXPECT_EQ(e.value("pgbus_stream_stream_delivered_total", l), base + 3); // deprecated aliases
     EXPECT_EQ(e.value("pgbus_stream_stream_bytes_sent_total", l), base + 6);
     EXPECT_EQ(e.value("pgbus_stream_stream_newest_id", l), base + 7);
     EXPECT_EQ(e.value("pgbus_stream_stream_horizon", l), base + 8);
@@ -632,7 +641,7 @@ TEST(Prometheus, LabelEscapingRoundTrips) {
   const std::string text = render_prometheus(s);
   const auto e = parse_exposition(text);
   for (size_t i = 0; i < names.size(); i++) {
-    EXPECT_EQ(e.value("pgbus_stream_stream_delivered_total", {{"stream", names[i]}}), i * 10 + 3)
+    EXPECT_EQ(e.value("pgbus_stream_stream_queued_total", {{"stream", names[i]}}), i * 10 + 3)
         << names[i];
     EXPECT_EQ(e.value("pgbus_stream_commit_latency_seconds_count", {{"stream", names[i]}}), 0);
   }
@@ -655,10 +664,10 @@ TEST(Prometheus, InvalidUtf8InANameIsReplaced) {
 
 TEST(Prometheus, LargeCountersAreExact) {
   Snapshot s;
-  s.delivered = 18446744073709551615ull;
+  s.queued = 18446744073709551615ull;
   s.streams.push_back(stream("big", (int64_t{1} << 53) + 1));
   const std::string text = render_prometheus(s);
-  EXPECT_NE(text.find("pgbus_stream_delivered_total{worker=\"0\"} 18446744073709551615\n"),
+  EXPECT_NE(text.find("pgbus_stream_queued_total{worker=\"0\"} 18446744073709551615\n"),
             std::string::npos);
   EXPECT_NE(text.find("pgbus_stream_stream_horizon{stream=\"big\"} 9007199254741001\n"),
             std::string::npos);
@@ -674,16 +683,16 @@ TEST(Json, AllFields) {
   EXPECT_EQ(j["connections"].n, 17);
   EXPECT_EQ(j["database_ok"].kind, Json::Bool);
   EXPECT_TRUE(j["database_ok"].b);
-  EXPECT_EQ(j["totals"]["delivered"].n, 1000);
-  EXPECT_EQ(j["totals"]["dropped"].n, 3);
+  EXPECT_EQ(j["totals"]["queued"].n, 1000);
+  EXPECT_EQ(j["totals"]["overflow_dropped"].n, 3);
   EXPECT_EQ(j["totals"]["catch_ups"].n, 5);
   EXPECT_EQ(j["totals"]["ring_overflows"].n, 1);
   EXPECT_EQ(j["totals"]["rows_read"].n, 7);
   ASSERT_EQ(j["streams"].items.size(), 2u);
   const Json &chat = j["streams"].items[0];
   EXPECT_EQ(chat["name"].s, "chat");
-  const char *ints[] = {"subscribers", "emitted",    "delivered", "overflow_dropped",
-                        "failed",      "bytes_sent", "newest_id", "horizon"};
+  const char *ints[] = {"subscribers", "emitted",      "queued",    "overflow_dropped",
+                        "failed",      "bytes_queued", "newest_id", "horizon"};
   for (int i = 0; i < 8; i++)
     EXPECT_EQ(chat[ints[i]].n, 100 + i + 1) << ints[i];
   EXPECT_EQ(chat["latency_p50_ms"].n, 0.512);
@@ -734,8 +743,8 @@ TEST(Json, NonFiniteLatencyIsNull) {
 TEST(StatusPage, SelfContainedWithTheElementsTheBrowserTestReads) {
   const std::string &page = pgbs::http::status_page_html();
   EXPECT_EQ(page.compare(0, 15, "<!doctype html>"), 0);
-  for (const char *needle : {"id=\"total-delivered\"", "id=\"connections\"", "<canvas",
-                             "fetch(\"stats.json\"", "</html>"})
+  for (const char *needle :
+       {"id=\"total-queued\"", "id=\"connections\"", "<canvas", "fetch(\"stats.json\"", "</html>"})
     EXPECT_NE(page.find(needle), std::string::npos) << needle;
   // No external assets: nothing is loaded from anywhere but /stats.json.
   for (const char *needle : {"http://", "https://", "\"//", "'//", " src=", "@import", "url("})
