@@ -223,7 +223,16 @@ $a->close;
 $pg->create_stream('quiet');
 my $q = $pg->open_stream('quiet');
 is($q->status, 200, 'client Q on a quiet stream');
-my $t_idle = reload(idle_timeout => 2);
+# B's last frame must be recent when the setting takes effect (else B, idle
+# for longer than 2 s on a slow machine, is closed at once, rightly): the
+# setting is written first, B gets a broadcast, then the reload.
+$pg->safe_psql('postgres', "ALTER SYSTEM SET pgbus_stream.idle_timeout = '2'");
+$sent++;
+session_query("SELECT pgbus_stream.broadcast('r', 'r$sent: before the reload')");
+ok($b->wait_until(sub { grep { ($_->{data} // '') =~ /before the reload/ } $_[0]->data_events }, 10),
+	'B receives a broadcast right before the reload');
+$pg->safe_psql('postgres', 'SELECT pg_reload_conf()');
+my $t_idle = time;
 my $q_closed;
 my $b_got = 0;
 my $deadline = time + 7;
