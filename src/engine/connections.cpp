@@ -108,11 +108,10 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   // private stream exists.
   auth::Identity who;
   std::string why;
-  if (int status = gate_.authenticate(req.signed_name, req.token, req.cookie_token, req.now_unix_s,
-                                      &who, &why))
+  if (int status = gate_.authenticate(req.creds, req.now_unix_s, &who, &why))
     return reject(status, why + "\n");
   std::vector<std::string> wanted = req.streams;
-  if (!req.signed_name.empty()) {
+  if (!req.creds.signed_name.empty()) {
     // A name the gem's normalisation empties (":", "...", "é") names no
     // stream; one too long for a queue name is no gem stream either.
     names::QueueNameError qerr = names::QueueNameError::None;
@@ -321,7 +320,8 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   // Each connection's retry is 1-3 s (2 s on average), spread by its id, so
   // that browsers dropped together (a restart) do not all come back in the
   // same instant. The gem's routes keep the gem's 2000.
-  sse::append_retry(preamble, req.gem || !req.signed_name.empty() ? 2000 : spread_retry_ms(c->id));
+  sse::append_retry(preamble,
+                    req.gem || !req.creds.signed_name.empty() ? 2000 : spread_retry_ms(c->id));
   if (req.gem) {
     // The gem's own bytes: retry and the open comment as two blocks, naming
     // the cursor given (its integer, or a token of ours) and the stream.

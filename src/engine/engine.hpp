@@ -79,10 +79,8 @@ struct Subscribe {
   std::string replay;                  // ?replay=
   std::string subscriber;
   std::string remote_addr;
-  // Credentials (auth::Gate): the signed name of the route, ?token= or the
-  // bearer, the token cookie; and the Unix time to check them at.
-  std::string signed_name, token, cookie_token;
-  int64_t now_unix_s = 0;
+  auth::Credentials creds; // as the request presented them (auth::Gate checks them)
+  int64_t now_unix_s = 0;  // the Unix time to check them at
   bool presence = false; // ?presence=1: needs a credential that covers every stream
   // The pgbus gem's routes: its framing (one data line per event) and its
   // preamble (no pgbus:connected frame unless `connected`).
