@@ -24,22 +24,20 @@ struct MapCatalog : Catalog {
 
   Found find_stream(const std::string &name, bool may_read, bool *is_public) override {
     asked.emplace_back(name, may_read);
-    if (unreadable)
-      return Found::Unreadable;
-    auto it = streams.find(name);
-    if (it == streams.end())
-      return Found::No;
-    *is_public = it->second;
-    return Found::Yes;
+    return read(streams, name, is_public);
   }
   Found find_signed_stream(const std::string &logical, std::string *name) override {
     signed_asked++;
+    return read(signed_targets, logical, name);
+  }
+  template <typename V>
+  Found read(const std::map<std::string, V> &m, const std::string &key, V *out) {
     if (unreadable)
       return Found::Unreadable;
-    auto it = signed_targets.find(logical);
-    if (it == signed_targets.end())
+    auto it = m.find(key);
+    if (it == m.end())
       return Found::No;
-    *name = it->second;
+    *out = it->second;
     return Found::Yes;
   }
 };
