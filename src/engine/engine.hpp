@@ -106,7 +106,7 @@ struct Body;
 
 // The engine is admission's catalog (auth::admit decides, the engine looks
 // streams up).
-class Engine : private auth::Catalog {
+class Engine final : private auth::Catalog {
 public:
   Engine(const Config &cfg, RowSource &rows, FrameSink &sink, Observer &obs);
   ~Engine(); // releases every connection still open
