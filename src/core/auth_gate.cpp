@@ -26,9 +26,10 @@ void Gate::configure(const Secrets &s) {
     verifier_keys_.push_back(std::string()); // "configured, with no key"
 }
 
-int Gate::authenticate(std::string_view signed_name, std::string_view bearer_or_query,
-                       std::string_view cookie, int64_t now_s, Identity *id,
+int Gate::authenticate(const Credentials &creds, int64_t now_s, Identity *id,
                        std::string *reason) const {
+  const std::string_view signed_name = creds.signed_name;
+  const std::string_view bearer_or_query = creds.token, cookie = creds.cookie_token;
   *id = Identity();
   if (!signed_name.empty()) {
     if (verifier_keys_.size() == 1 && verifier_keys_[0].empty()) {

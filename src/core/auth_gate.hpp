@@ -33,6 +33,15 @@ struct Secrets {
   std::string jwt_secret;      // HS256
 };
 
+// What a request presents to prove who it is, as the HTTP layer read it:
+// filled once per request (http::Request), carried whole to the engine
+// (engine::Subscribe) and verified by Gate::authenticate.
+struct Credentials {
+  std::string signed_name;  // the signed route's name (/pgbus/streams/{x}, /streams/{x})
+  std::string token;        // Authorization: Bearer, else ?token=
+  std::string cookie_token; // the token cookie (pgbus_stream.token_cookie)
+};
+
 // What a verified credential says.
 struct Identity {
   bool present = false;            // a credential was presented and verified
@@ -51,14 +60,14 @@ public:
   void configure(const Secrets &s);
 
   // Verifies the credential of a request: the signed name of the route if
-  // any, else the first of bearer_or_query and cookie that is not empty.
-  // Beside a signed name, a JWT that verifies (bearer_or_query, else the
-  // cookie) gives the identity its sub and ctx, never more streams.
+  // any, else the first of its token and cookie token that is not empty.
+  // Beside a signed name, a JWT that verifies (the token, else the cookie
+  // token) gives the identity its sub and ctx, never more streams.
   // Returns 0 (with *id filled; id->present false when none was given, or
   // when the JWT did not verify: id->fault says why) or 401 with a reason
   // (a signed name that does not verify).
-  int authenticate(std::string_view signed_name, std::string_view bearer_or_query,
-                   std::string_view cookie, int64_t now_s, Identity *id, std::string *reason) const;
+  int authenticate(const Credentials &creds, int64_t now_s, Identity *id,
+                   std::string *reason) const;
 
   // 0 when id may open the stream `name`; else 401/403/404 with a reason.
   // A signed name covers the catalog names of the gem's stream for it

@@ -66,141 +66,64 @@ bool missed_ephemeral(const Stream &st, const cursor::StreamPosition &p) {
 // that name (names::gem_stream, the rule SQL's find_stream applies too),
 // under whichever of its names the catalog holds it. A stream holding one of
 // those names with another queue is not it. None yet: the name auto_attach
-// will give the gem's queue, which the subscription waits for. "" when the
+// will give the gem's queue, which the subscription waits for. No when the
 // gem refuses the name, or when both names auto_attach could give its queue
 // are held by other queues' streams (it could never be attached).
-std::string Engine::signed_target(const std::string &logical, bool *failed) {
+auth::Catalog::Found Engine::find_signed_stream(const std::string &logical, std::string *name) {
   names::GemStream gs;
   if (!names::gem_stream(logical, &gs))
-    return std::string();
+    return Found::No;
   for (const std::string &n : gs.names) {
-    Stream *st = lookup(n, failed);
-    if (*failed)
-      return std::string();
-    if (st && names::is_gem_queue(gs, st->info.queue_schema, st->info.queue_table))
-      return n;
+    bool failed = false;
+    Stream *st = lookup(n, &failed);
+    if (failed)
+      return Found::Unreadable;
+    if (st && names::is_gem_queue(gs, st->info.queue_schema, st->info.queue_table)) {
+      *name = n;
+      return Found::Yes;
+    }
   }
   if (!find_by_name(gs.short_name))
-    return gs.short_name;
-  return find_by_name(gs.queue) ? std::string() : gs.queue;
+    *name = gs.short_name;
+  else if (!find_by_name(gs.queue))
+    *name = gs.queue;
+  else
+    return Found::No;
+  return Found::Yes;
 }
 
-bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
-  auto reject = [&](int status, const std::string &reason) {
-    sink_.reject(req.conn_id, status, reason);
-    std::string detail = std::to_string(status) + " " + reason;
-    if (!detail.empty() && detail.back() == '\n')
-      detail.pop_back();
-    obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
-    return true;
-  };
-  // A read that failed (a lock, a cancelled statement) passes: the client is
-  // told to come back soon rather than refused.
-  auto retry_later = [&](const std::string &reason) {
-    sink_.retry_later(req.conn_id, reason);
-    std::string detail = "retry " + reason;
-    if (!detail.empty() && detail.back() == '\n')
-      detail.pop_back();
-    obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
-    return true;
-  };
-  // Credentials first (auth::Gate): a refusal says nothing of whether a
-  // private stream exists.
-  auth::Identity who;
-  std::string why;
-  if (int status = gate_.authenticate(req.signed_name, req.token, req.cookie_token, req.now_unix_s,
-                                      &who, &why))
-    return reject(status, why + "\n");
-  std::vector<std::string> wanted = req.streams;
-  if (!req.signed_name.empty()) {
-    // A name the gem's normalisation empties (":", "...", "é") names no
-    // stream; one too long for a queue name is no gem stream either.
-    names::QueueNameError qerr = names::QueueNameError::None;
-    names::queue_name(who.signed_name, &qerr);
-    if (qerr == names::QueueNameError::Empty)
-      return reject(400, "signed stream name maps to no stream name (no letter, digit or \"_\")\n");
-    // A name the gem cannot make a queue of (longer than PGMQ allows) is
-    // never a stream: said now, rather than a stream that waits forever.
-    if (qerr == names::QueueNameError::TooLong) {
-      const size_t len = names::normalize(std::string(names::kGemPrefix) + who.signed_name).size();
-      return reject(
-          400, "stream name too long: its queue name (pgbus_ + the name, normalized) would have " +
-                   std::to_string(len) +
-                   " characters, more than the 47 of PGMQ and the pgbus gem\n");
-    }
+// Every way to make a stream public moves the catalog version: with the
+// catalog of this version loaded whole, an anonymous request for a name it
+// lacks is refused without reading it (a flood of made-up names costs no
+// SQL). Other unknown names are read once, then remembered.
+auth::Catalog::Found Engine::find_stream(const std::string &name, bool may_read, bool *is_public) {
+  Stream *st = find_by_name(name);
+  if (st == nullptr && (may_read || !catalog_complete_)) {
     bool failed = false;
-    wanted = {signed_target(who.signed_name, &failed)};
+    st = lookup(name, &failed);
     if (failed)
-      return retry_later("stream unavailable: cannot read the catalog, retry\n");
-    if (wanted[0].empty())
-      return reject(404, "unknown stream: no stream is the gem's queue for this signed name\n");
+      return Found::Unreadable;
   }
-  if (wanted.empty())
-    return reject(400, "no stream named\n");
-  auto c = std::make_unique<Connection>();
-  c->id = req.conn_id;
-  c->multi = wanted.size() > 1;
-  c->subscriber = req.subscriber;
-  c->ctx = who.ctx;
-  c->sub = who.sub;
-  c->presence = req.presence;
-  c->expires_at_s = who.expires_at;
-  c->one_line = req.gem;
-  for (const std::string &name : wanted) {
-    Stream *st = find_by_name(name);
-    // Every way to make a stream public moves the catalog version: with the
-    // catalog of this version loaded whole, an anonymous request for a name
-    // it lacks is refused without reading it (a flood of made-up names costs
-    // no SQL). Other unknown names are read once, then remembered.
-    if (st == nullptr && (who.present || !catalog_complete_)) {
-      bool failed = false;
-      st = lookup(name, &failed);
-      if (failed)
-        return retry_later("stream unavailable: cannot read the catalog, retry\n");
-    }
-    int status = auth::Gate::authorize(who, name, st != nullptr, st && st->info.is_public, &why);
-    if (status == 404) {
-      // Authorised for a stream that does not exist yet (the gem creates its
-      // queue at the first broadcast): the subscription waits for it.
-      if (req.presence)
-        if (int refused = auth::Gate::authorize_presence(who, name, &why))
-          return reject(refused, "presence: " + why + "\n");
-      for (const PendingSub &p : c->pending)
-        if (p.name == name)
-          return reject(400, "stream named twice: " + name + "\n");
-      PendingSub p;
-      p.name = name;
-      c->pending.push_back(std::move(p));
-      continue;
-    }
-    if (status)
-      return reject(status, why + "\n");
-    if (req.presence)
-      if (int refused = auth::Gate::authorize_presence(who, name, &why))
-        return reject(refused, "presence: " + why + "\n");
-    // Hooked only for an authorised subscriber: no DDL on an anonymous request.
-    if (!st->info.hooked && (st = hook(st)) == nullptr)
-      return reject(503, "stream unavailable: cannot hook its queue, retry\n");
-    for (const Sub &s : c->subs)
-      if (s.st == st)
-        return reject(400, "stream named twice: " + name + "\n");
-    Sub sub;
-    sub.st = st;
-    c->subs.push_back(sub);
+  if (st == nullptr)
+    return Found::No;
+  *is_public = st->info.is_public;
+  return Found::Yes;
+}
+
+// Admission (auth::admit) decides; then the streams are hooked and woken, the
+// starting positions taken, the awaited names registered and the preamble
+// sent.
+bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
+  const auth::Admission adm = auth::admit(
+      gate_, {req.creds, req.now_unix_s, req.streams, req.presence, req.subscriber}, *this);
+  if (adm.verdict == auth::Admission::Verdict::Refuse ||
+      adm.verdict == auth::Admission::Verdict::Retry) {
+    turn_away(req, adm.verdict == auth::Admission::Verdict::Refuse ? adm.status : 0, adm.reason);
+    return true;
   }
-  if (!req.subscriber.empty())
-    if (int status = auth::Gate::authorize_subscriber(who, req.subscriber, &why))
-      return reject(status, why + "\n");
-  for (const Sub &s : c->subs)
-    switch (wake(*s.st)) { // its shared-memory entry, and a position from the table
-    case Wake::Ok:
-      break;
-    case Wake::ReadFailed:
-      return retry_later("stream unavailable: cannot read its queue, retry\n");
-    case Wake::NoRoom:
-      return reject(503, "stream unavailable: shared memory tracks too many streams at once "
-                         "(pgbus_stream.max_streams), retry\n");
-    }
+  std::unique_ptr<Connection> c = new_connection(req, adm);
+  if (!attach(req, *c, adm.open))
+    return true;
   if (!again && !c->subs.empty() && !bounded)
     return false; // positions are taken from the streams: bring them up to date first
   if (!again)
@@ -209,134 +132,237 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
         return false; // loaded just now: a round bounds it first
   cursor::Cursor cur;
   bool have_cursor = false;
-  if (req.cursor) {
-    std::string err;
-    if (!cursor::parse(*req.cursor, &cur, &err))
-      return reject(400, "invalid cursor: " + err + "\n");
-    if (c->multi && cur.streams.size() == 1 && cur.streams[0].first.empty() &&
-        cur.streams[0].second.epoch == 0)
-      return reject(400, "invalid cursor: several streams need a name:position cursor\n");
-    have_cursor = true;
-  } else if (!req.subscriber.empty()) {
-    // A durable subscriber without an id of its own resumes from its stored cursors.
-    std::vector<std::string> names;
-    for (const Sub &s : c->subs)
-      names.push_back(s.st->info.name);
-    std::vector<StoredCursor> stored;
-    if (!read_ok(rows_.stored_cursors(req.subscriber, names, &stored)))
-      return retry_later("stream unavailable: cannot read the subscriber's cursor, retry\n");
-    for (const StoredCursor &sc : stored) {
-      cursor::StreamPosition p;
-      if (cursor::parse_stream(sc.cursor, &p, nullptr))
-        cur.streams.emplace_back(sc.stream, p);
-    }
-    have_cursor = !cur.streams.empty();
-  }
-  if (have_cursor)
-    for (PendingSub &p : c->pending)
-      for (const auto &[name, pos] : cur.streams)
-        if (name == p.name || (!c->multi && cur.streams.size() == 1 && name.empty())) {
-          p.has_pos = true;
-          p.pos = pos;
-        }
+  if (!start_cursor(req, *c, &cur, &have_cursor))
+    return true;
   int64_t replay_n = -1; // -1: none; INT64_MAX: all
   if (!have_cursor && !req.replay.empty()) {
     if (req.replay == "all")
       replay_n = INT64_MAX;
-    else if (!cursor::parse_int64(req.replay, &replay_n))
-      return reject(400, "invalid replay: use all or a number\n");
+    else if (!cursor::parse_int64(req.replay, &replay_n)) {
+      turn_away(req, 400, "invalid replay: use all or a number\n");
+      return true;
+    }
   }
   std::string gaps;
-  for (Sub &sub : c->subs) {
-    Stream &st = *sub.st;
-    const cursor::StreamPosition *p = have_cursor ? position_for(cur, st.info, c->multi) : nullptr;
-    if (p) {
-      sub.pos = *p;
-      if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
-        // The stream was dropped and re-created: its ids restarted.
-        gaps +=
-            control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
-                                                    "\",\"reason\":\"stream-recreated\"}");
-        sub.pos = cursor::StreamPosition();
-      } else if (missed_ephemeral(st, sub.pos)) {
-        gaps +=
-            control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
-                                                    "\",\"reason\":\"ephemeral-expired\"}");
-        sub.ephemeral_noticed = st.evicted_floor; // paging announces only later losses
-        for (int64_t id : st.evicted)
-          sub.ephemeral_noticed = std::max(sub.ephemeral_noticed, id);
-      }
-      sub.pos.epoch = st.info.id;
-    } else if (replay_n > 0) {
-      sub.pos = cursor::StreamPosition();
-      sub.pos.epoch = st.info.id;
-      if (replay_n != INT64_MAX) {
-        int64_t nth = 0;
-        if (!read_ok(rows_.nth_newest(st.info, replay_n, &nth)))
-          return retry_later("stream unavailable: cannot read the backlog, retry\n");
-        if (nth > 0)
-          sub.pos.advance(nth - 1);
-        else
-          sub.pos = st.pos;
-      }
-    } else {
-      sub.pos = st.pos; // from now on
-      if (sub.pos.encoded_size() > cfg_.max_token_bytes) {
-        // The stream's own position names more ids above its horizon than a
-        // token may: start at the horizon and page the rest (recent rows).
-        sub.pos = cursor::StreamPosition();
-        sub.pos.epoch = st.info.id;
-        sub.pos.advance(st.pos.horizon);
-      }
+  for (Sub &sub : c->subs)
+    if (!place(*c, sub, have_cursor ? &cur : nullptr, replay_n, &gaps)) {
+      turn_away(req, 0, "stream unavailable: cannot read the backlog, retry\n");
+      return true;
     }
-    // Retention is checked on the first page read from the table (with the
-    // floor as stored in the catalog, whichever worker moved it).
-    sub.synced = sub.pos == st.pos && !st.tail_unknown && st.pos.horizon >= st.lost_upto;
-    sub.paging = !sub.synced;
-    sub.page_after = sub.pos.horizon;
-  }
+  std::vector<std::string> awaited_now;
+  if (!await(req, *c, &awaited_now))
+    return true;
   std::string names;
   for (const Sub &s : c->subs)
     names += (names.empty() ? "" : ",") + s.st->info.name;
-  // Waiting for streams: bounded per process and in shared memory (where
-  // their creators look).
-  std::vector<std::string> awaited_now;
-  auto unawait = [&] {
+  for (const PendingSub &p : c->pending)
+    names += (names.empty() ? "" : ",") + p.name;
+  const std::string since = conn_token(*c);
+  c->ref = sink_.open(c->id, preamble(req, *c, since, names, gaps), since);
+  if (c->ref == nullptr) {
     for (const std::string &n : awaited_now)
       obs_.awaited(n, false);
-  };
-  for (const PendingSub &p : c->pending) {
-    names += (names.empty() ? "" : ",") + p.name;
+    return true;
+  }
+  enter(req, std::move(c), names, since);
+  return true;
+}
+
+// Answers a request that does not open: refused with `status`, or (0) told
+// to come back soon, when a read failed (a lock, a cancelled statement).
+// False, as the steps return once they answered.
+bool Engine::turn_away(const Subscribe &req, int status, const std::string &reason) {
+  if (status)
+    sink_.reject(req.conn_id, status, reason);
+  else
+    sink_.retry_later(req.conn_id, reason);
+  std::string detail = (status ? std::to_string(status) : std::string("retry")) + " " + reason;
+  if (detail.back() == '\n')
+    detail.pop_back();
+  obs_.diagnostic(req.conn_id, "rejected", req.streams.empty() ? "" : req.streams[0], detail);
+  return false;
+}
+
+std::unique_ptr<Connection> Engine::new_connection(const Subscribe &req,
+                                                   const auth::Admission &adm) {
+  auto c = std::make_unique<Connection>();
+  c->id = req.conn_id;
+  c->multi = adm.open.size() + adm.awaited.size() > 1;
+  c->subscriber = req.subscriber;
+  c->ctx = adm.who.ctx;
+  c->sub = adm.who.sub;
+  c->presence = req.presence;
+  c->expires_at_s = adm.who.expires_at;
+  c->one_line = req.gem;
+  for (const std::string &name : adm.awaited) {
+    PendingSub p;
+    p.name = name;
+    c->pending.push_back(std::move(p));
+  }
+  return c;
+}
+
+// The admitted streams that exist: hooked (only for an admitted request: no
+// DDL on an anonymous one), then woken (their shared-memory entry, and a
+// position from the table).
+bool Engine::attach(const Subscribe &req, Connection &c, const std::vector<std::string> &open) {
+  for (const std::string &name : open) {
+    Stream *st = find_by_name(name);
+    if (st == nullptr) // admission found it: nothing between can drop it
+      return turn_away(req, 0, "stream unavailable: cannot read the catalog, retry\n");
+    if (!st->info.hooked && (st = hook(st)) == nullptr)
+      return turn_away(req, 503, "stream unavailable: cannot hook its queue, retry\n");
+    Sub sub;
+    sub.st = st;
+    c.subs.push_back(sub);
+  }
+  for (const Sub &s : c.subs)
+    switch (wake(*s.st)) {
+    case Wake::Ok:
+      break;
+    case Wake::ReadFailed:
+      return turn_away(req, 0, "stream unavailable: cannot read its queue, retry\n");
+    case Wake::NoRoom:
+      return turn_away(req, 503,
+                       "stream unavailable: shared memory tracks too many streams at once "
+                       "(pgbus_stream.max_streams), retry\n");
+    }
+  return true;
+}
+
+// The cursor the connection starts from: the one given, else a durable
+// subscriber's stored ones (*have false when neither). Awaited streams keep
+// theirs for when they are born.
+bool Engine::start_cursor(const Subscribe &req, Connection &c, cursor::Cursor *cur, bool *have) {
+  if (req.cursor) {
+    std::string err;
+    if (!cursor::parse(*req.cursor, cur, &err))
+      return turn_away(req, 400, "invalid cursor: " + err + "\n");
+    if (c.multi && cur->streams.size() == 1 && cur->streams[0].first.empty() &&
+        cur->streams[0].second.epoch == 0)
+      return turn_away(req, 400, "invalid cursor: several streams need a name:position cursor\n");
+    *have = true;
+  } else if (!req.subscriber.empty()) {
+    // A durable subscriber without an id of its own resumes from its stored cursors.
+    std::vector<std::string> names;
+    for (const Sub &s : c.subs)
+      names.push_back(s.st->info.name);
+    std::vector<StoredCursor> stored;
+    if (!read_ok(rows_.stored_cursors(req.subscriber, names, &stored)))
+      return turn_away(req, 0, "stream unavailable: cannot read the subscriber's cursor, retry\n");
+    for (const StoredCursor &sc : stored) {
+      cursor::StreamPosition p;
+      if (cursor::parse_stream(sc.cursor, &p, nullptr))
+        cur->streams.emplace_back(sc.stream, p);
+    }
+    *have = !cur->streams.empty();
+  }
+  if (*have)
+    for (PendingSub &p : c.pending)
+      for (const auto &[name, pos] : cur->streams)
+        if (name == p.name || (!c.multi && cur->streams.size() == 1 && name.empty())) {
+          p.has_pos = true;
+          p.pos = pos;
+        }
+  return true;
+}
+
+// Where one subscription starts: its cursor's position (with a gap notice
+// when the stream was re-created or an ephemeral message it may have missed
+// is gone), else the replay asked for, else now. False when the backlog
+// could not be read.
+bool Engine::place(const Connection &c, Sub &sub, const cursor::Cursor *cur, int64_t replay_n,
+                   std::string *gaps) {
+  Stream &st = *sub.st;
+  const cursor::StreamPosition *p = cur ? position_for(*cur, st.info, c.multi) : nullptr;
+  if (p) {
+    sub.pos = *p;
+    if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
+      // The stream was dropped and re-created: its ids restarted.
+      *gaps +=
+          control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                                  "\",\"reason\":\"stream-recreated\"}");
+      sub.pos = cursor::StreamPosition();
+    } else if (missed_ephemeral(st, sub.pos)) {
+      *gaps +=
+          control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
+                                                  "\",\"reason\":\"ephemeral-expired\"}");
+      sub.ephemeral_noticed = st.evicted_floor; // paging announces only later losses
+      for (int64_t id : st.evicted)
+        sub.ephemeral_noticed = std::max(sub.ephemeral_noticed, id);
+    }
+    sub.pos.epoch = st.info.id;
+  } else if (replay_n > 0) {
+    sub.pos = cursor::StreamPosition();
+    sub.pos.epoch = st.info.id;
+    if (replay_n != INT64_MAX) {
+      int64_t nth = 0;
+      if (!read_ok(rows_.nth_newest(st.info, replay_n, &nth)))
+        return false;
+      if (nth > 0)
+        sub.pos.advance(nth - 1);
+      else
+        sub.pos = st.pos;
+    }
+  } else {
+    sub.pos = st.pos; // from now on
+    if (sub.pos.encoded_size() > cfg_.max_token_bytes) {
+      // The stream's own position names more ids above its horizon than a
+      // token may: start at the horizon and page the rest (recent rows).
+      sub.pos = cursor::StreamPosition();
+      sub.pos.epoch = st.info.id;
+      sub.pos.advance(st.pos.horizon);
+    }
+  }
+  // Retention is checked on the first page read from the table (with the
+  // floor as stored in the catalog, whichever worker moved it).
+  sub.synced = sub.pos == st.pos && !st.tail_unknown && st.pos.horizon >= st.lost_upto;
+  sub.paging = !sub.synced;
+  sub.page_after = sub.pos.horizon;
+  return true;
+}
+
+// Waiting for streams: bounded per process and in shared memory (where their
+// creators look). *awaited_now: the names this connection is the first here
+// to await.
+bool Engine::await(const Subscribe &req, const Connection &c,
+                   std::vector<std::string> *awaited_now) {
+  for (const PendingSub &p : c.pending) {
     if (pending_.count(p.name))
       continue;
-    if (pending_.size() + awaited_now.size() >= cfg_.max_pending_streams ||
+    if (pending_.size() + awaited_now->size() >= cfg_.max_pending_streams ||
         !obs_.awaited(p.name, true)) {
-      unawait();
-      return reject(503, "too many streams awaited (pgbus_stream.max_pending_streams), retry\n");
+      for (const std::string &n : *awaited_now)
+        obs_.awaited(n, false);
+      return turn_away(req, 503,
+                       "too many streams awaited (pgbus_stream.max_pending_streams), retry\n");
     }
-    awaited_now.push_back(p.name);
+    awaited_now->push_back(p.name);
   }
-  const std::string since = conn_token(*c);
-  std::string preamble;
+  return true;
+}
+
+std::string Engine::preamble(const Subscribe &req, const Connection &c, const std::string &since,
+                             const std::string &names, const std::string &gaps) const {
+  std::string out;
   // Each connection's retry is 1-3 s (2 s on average), spread by its id, so
   // that browsers dropped together (a restart) do not all come back in the
   // same instant. The gem's routes keep the gem's 2000.
-  sse::append_retry(preamble, req.gem || !req.signed_name.empty() ? 2000 : spread_retry_ms(c->id));
+  sse::append_retry(out, req.gem || !req.creds.signed_name.empty() ? 2000 : spread_retry_ms(c.id));
   if (req.gem) {
     // The gem's own bytes: retry and the open comment as two blocks, naming
     // the cursor given (its integer, or a token of ours) and the stream.
-    sse::append_comment(preamble, "pgbus stream open since_id=" +
-                                      (req.cursor ? *req.cursor : since) + " stream=" + names);
+    sse::append_comment(out, "pgbus stream open since_id=" + (req.cursor ? *req.cursor : since) +
+                                 " stream=" + names);
   } else {
-    preamble.pop_back(); // one block: retry, comment and the connected event
-    preamble += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
+    out.pop_back(); // one block: retry, comment and the connected event
+    out += ": pgbus stream open since_id=" + since + " stream=" + names + "\n";
     if (!req.connected)
-      preamble += "\n";
+      out += "\n";
   }
   if (req.connected)
-    sse::append_event(preamble, "", "pgbus:connected",
-                      "{\"connectionId\":\"" + hex_id(c->id) + "\"}");
-  preamble += gaps;
+    sse::append_event(out, "", "pgbus:connected", "{\"connectionId\":\"" + hex_id(c.id) + "\"}");
+  out += gaps;
   // The starting cursor as the stream's first id: a frame with an id and no
   // data dispatches nothing but sets an EventSource's last event id, so a
   // client that drops before its first message resumes from here
@@ -344,12 +370,14 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
   // the gem's routes: its element always sends since=, and its client counts
   // every block with an id.
   if (!req.gem)
-    preamble += "id: " + since + "\n\n";
-  c->ref = sink_.open(c->id, std::move(preamble), since);
-  if (c->ref == nullptr) {
-    unawait();
-    return true;
-  }
+    out += "id: " + since + "\n\n";
+  return out;
+}
+
+// The connection, opened at the sink, joins its streams and the awaited
+// names; its replays start paging.
+void Engine::enter(const Subscribe &req, std::unique_ptr<Connection> c, const std::string &names,
+                   const std::string &since) {
   c->live_only =
       cfg_.overflow_policy != OverflowPolicy::Lag && c->subscriber.empty(); // see configure()
   c->opened_us = now_us_;
@@ -387,7 +415,6 @@ bool Engine::subscribe(const Subscribe &req, bool again, bool bounded) {
     subscriber_conns_.push_back(conn);
   if (needs_paging)
     continue_paging();
-  return true;
 }
 
 void Engine::closed(uint64_t conn_id) {

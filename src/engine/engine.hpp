@@ -5,6 +5,7 @@
 // simulator in test/engine drives exactly this code. docs/ARCHITECTURE.md,
 // "The engine".
 #pragma once
+#include "core/auth_admit.hpp"
 #include "core/auth_audience.hpp"
 #include "core/auth_gate.hpp"
 #include "core/cursor.hpp"
@@ -79,10 +80,8 @@ struct Subscribe {
   std::string replay;                  // ?replay=
   std::string subscriber;
   std::string remote_addr;
-  // Credentials (auth::Gate): the signed name of the route, ?token= or the
-  // bearer, the token cookie; and the Unix time to check them at.
-  std::string signed_name, token, cookie_token;
-  int64_t now_unix_s = 0;
+  auth::Credentials creds; // as the request presented them (auth::Gate checks them)
+  int64_t now_unix_s = 0;  // the Unix time to check them at
   bool presence = false; // ?presence=1: needs a credential that covers every stream
   // The pgbus gem's routes: its framing (one data line per event) and its
   // preamble (no pgbus:connected frame unless `connected`).
@@ -105,7 +104,9 @@ struct Connection;
 struct Sub;
 struct Body;
 
-class Engine {
+// The engine is admission's catalog (auth::admit decides, the engine looks
+// streams up).
+class Engine final : private auth::Catalog {
 public:
   Engine(const Config &cfg, RowSource &rows, FrameSink &sink, Observer &obs);
   ~Engine(); // releases every connection still open
@@ -228,7 +229,23 @@ private:
   // find_by_name, else the catalog (one query), unless the name is known to
   // be unknown; *failed when the catalog could not be read.
   Stream *lookup(const std::string &name, bool *failed);
-  std::string signed_target(const std::string &logical, bool *failed);
+  // auth::Catalog: what admission reads (find_by_name, else lookup when
+  // may_read or the catalog held here is not complete).
+  Found find_stream(const std::string &name, bool may_read, bool *is_public) override;
+  Found find_signed_stream(const std::string &logical, std::string *name) override;
+  // The steps of subscribe(), in order. Each returns false when it answered
+  // the request (refused it, or told it to come back: turn_away).
+  bool turn_away(const Subscribe &req, int status, const std::string &reason);
+  std::unique_ptr<Connection> new_connection(const Subscribe &req, const auth::Admission &adm);
+  bool attach(const Subscribe &req, Connection &c, const std::vector<std::string> &open);
+  bool start_cursor(const Subscribe &req, Connection &c, cursor::Cursor *cur, bool *have);
+  bool place(const Connection &c, Sub &sub, const cursor::Cursor *cur, int64_t replay_n,
+             std::string *gaps);
+  bool await(const Subscribe &req, const Connection &c, std::vector<std::string> *awaited_now);
+  std::string preamble(const Subscribe &req, const Connection &c, const std::string &since,
+                       const std::string &names, const std::string &gaps) const;
+  void enter(const Subscribe &req, std::unique_ptr<Connection> c, const std::string &names,
+             const std::string &since);
   void forget_unknown();
   void end_connection(Connection &c, const std::string &reason);
   void forget_expiry(const Connection &c);

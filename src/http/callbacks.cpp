@@ -270,9 +270,9 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
   r.remote_addr = c->remote_addr;
   r.last_event_id = header(mc, "Last-Event-ID");
   r.has_last_event_id = !r.last_event_id.empty();
-  bearer_token(header(mc, "Authorization"), &r.token);
+  bearer_token(header(mc, "Authorization"), &r.creds.token);
   if (!cfg.token_cookie.empty())
-    cookie_value(header(mc, "Cookie"), cfg.token_cookie, &r.cookie_token);
+    cookie_value(header(mc, "Cookie"), cfg.token_cookie, &r.creds.cookie_token);
   if (int status = fill_sse_request(route, t, cfg.max_streams_per_request, &r, &reason))
     return answer(c, mc, static_cast<unsigned>(status), reason + "\n", kTextPlain, {});
   if (stopping)

@@ -164,7 +164,7 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
     const std::string_view raw = t.path.substr(kStreamPrefix.size());
     std::string name;
     if (percent_decode(raw, false, &name) && auth::looks_signed(name)) {
-      req->signed_name = std::move(name);
+      req->creds.signed_name = std::move(name);
       req->gem_route = true;
       break;
     }
@@ -194,7 +194,7 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
       *reason = "bad signed stream name";
       return 400;
     }
-    req->signed_name = std::move(name);
+    req->creds.signed_name = std::move(name);
     req->gem_route = true;
     break;
   }
@@ -234,8 +234,8 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
     return 400;
   }
   req->presence = presence == "1";
-  if (req->token.empty())
-    req->token = first_value_or_empty(t, "token");
+  if (req->creds.token.empty())
+    req->creds.token = first_value_or_empty(t, "token");
   return 0;
 }
 

@@ -45,7 +45,7 @@ Route classify(std::string_view raw_path);
 // /streams/{x} whose x has the shape of a signed name (auth::looks_signed) is
 // the signed route too: what follows the prefix is the token, '/' included
 // (the gem renders it unescaped). Fills
-// req->streams / signed_name / since / replay / subscriber / presence / token from the
+// req->streams / creds.signed_name / since / replay / subscriber / presence / creds.token from the
 // target. On a client error returns the HTTP status (400 or 404) and sets
 // *reason; returns 0 on success. Stream names must satisfy
 // cursor::valid_stream_name (anything else cannot be a stream: 404); at most

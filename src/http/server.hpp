@@ -3,6 +3,7 @@
 // WaitEventSet and takes decisions (open/reject) on pending requests between
 // two run() calls. No threads are created here.
 #pragma once
+#include "core/auth_gate.hpp"
 #include "core/no_postgres.hpp"
 #include "core/outqueue.hpp"
 
@@ -88,9 +89,9 @@ struct Request {
   std::string replay;       // ?replay= ("" if absent)
   bool presence = false;    // ?presence=1: pgbus:presence events
   std::string subscriber;   // ?subscriber=
-  std::string token;        // Authorization: Bearer, else ?token=
-  std::string cookie_token; // the Config::token_cookie cookie
-  std::string signed_name;  // from /pgbus/streams/{signed-name} or /streams/{signed-name}
+  // Authorization: Bearer, else ?token=; the Config::token_cookie cookie;
+  // the name of /pgbus/streams/{signed-name} or /streams/{signed-name}.
+  auth::Credentials creds;
   // The pgbus gem's routes (a signed name): its bytes (one data line, no
   // pgbus:connected unless ?connected=1) and its strict integer cursors.
   bool gem_route = false;

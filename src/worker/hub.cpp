@@ -284,9 +284,7 @@ void Hub::cycle(bool full) {
 void Hub::subscribe(const http::Request &req) {
   changed(req.conn_id); // first: its row follows what the engine decided, even on an error
   engine::Subscribe s;
-  s.signed_name = req.signed_name;
-  s.token = req.token;
-  s.cookie_token = req.cookie_token;
+  s.creds = req.creds;
   s.now_unix_s = (int64_t)time(nullptr);
   s.conn_id = req.conn_id;
   s.streams = req.streams;

@@ -4,7 +4,6 @@
 // death, so every PostgreSQL call happens on this main thread.
 #include "core/auth.hpp"
 #include "http/server.hpp"
-#include "http/status_page.hpp"
 #include "pg/guard.hpp"
 #include "pg/compat.hpp"
 #include "pg/spi.hpp"
@@ -13,13 +12,13 @@
 #include "shmem/standby.hpp"
 #include "worker/audience_rules.hpp"
 #include "worker/conn_rows.hpp"
+#include "worker/file_limit.hpp"
 #include "worker/hub.hpp"
+#include "worker/routes.hpp"
 #include "worker/standby.hpp"
 #include "worker/wal_reader.hpp"
 
 #include <csignal>
-#include <dirent.h>
-#include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h> // malloc_trim
 #endif
@@ -31,7 +30,6 @@ extern "C" {
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -75,72 +73,10 @@ void detach_latch(int, Datum) {
   shmem::presence_changed(worker_index);
 }
 
-// Open files: the soft limit is raised to the hard one (a service started by
-// systemd gets 1 024 soft), PostgreSQL keeps what fd.c counted on for its own
-// files (max_safe_fds, plus the few it keeps for system() and friends), and
-// the rest goes to sockets. When the limit is low, PostgreSQL's share is cut
-// to half of it (fd.c then closes its cached files sooner) so that the
-// listener still gets the other half. Computed once, at start.
-constexpr int kFdsForSystem = 10;   // fd.c's NUM_RESERVED_FDS
-constexpr int kFdsForListener = 16; // listening sockets, epoll and eventfd of each daemon
-int g_max_sockets = 0;
-
-int open_fd_count() {
-  DIR *d = opendir("/proc/self/fd");
-  if (d == nullptr)
-    return 64; // a guess on the high side
-  int n = 0;
-  while (readdir(d) != nullptr)
-    n++;
-  closedir(d);
-  return n > 3 ? n - 3 : 0; // ".", ".." and the directory's own fd
-}
-
-void plan_file_limit() {
-  rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-    return;
-  const rlim_t soft_before = rl.rlim_cur;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rlimit raised = rl;
-    raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
-      rl = raised;
-  }
-  const long limit = (long)Min(rl.rlim_cur, (rlim_t)INT_MAX);
-  const long open_now = open_fd_count();
-  const long pg_share = Min((long)max_safe_fds, (limit - open_now) / 2);
-  if (pg_share < max_safe_fds)
-    max_safe_fds = (int)Max(pg_share, 1L);
-  g_max_sockets = (int)Max(limit - open_now - pg_share - kFdsForSystem - kFdsForListener, 1L);
-  // Any worker may hold all of the node's connections; the node reaches
-  // max_connections when each can hold its share of it.
-  const settings::Settings &cfg = settings::current();
-  const long share = (cfg.max_connections + cfg.workers - 1) / cfg.workers;
-  const size_t holds = http::sse_capacity([&] {
-    http::Config c;
-    c.max_connections = cfg.max_connections;
-    c.max_sockets = g_max_sockets;
-    return c;
-  }());
-  HOLD_INTERRUPTS(); // as in pg::log: nothing acted on from this C++ frame
-  if ((long)holds < share)
-    ereport(LOG, (errmsg("pgbus_stream: worker %d can hold %zu SSE connections of the %ld "
-                         "max_connections gives it: its open files limit is %ld",
-                         worker_index, holds, share, limit),
-                  errhint("Raise the open files limit of the PostgreSQL service and restart it: "
-                          "LimitNOFILE= in the [Service] section of its systemd unit "
-                          "(systemctl edit postgresql@15-main), or ulimit -n where it is started "
-                          "by hand. Clients beyond the limit get 503 with Retry-After.")));
-  else
-    ereport(LOG, (errmsg("pgbus_stream: worker %d open files limit %ld (soft limit was %ld): room "
-                         "for %zu SSE connections",
-                         worker_index, limit, (long)Min(soft_before, (rlim_t)LONG_MAX), holds)));
-  RESUME_INTERRUPTS();
-}
-
 // The same warning every round (a table that stays broken, a database
 // without the extension) is logged once a minute with the count of repeats.
+int max_sockets = 0; // plan_file_limit(), at start
+
 void warn_repeated(const std::string &msg) {
   static std::string last;
   static int64 last_us = 0;
@@ -213,7 +149,7 @@ http::Config http_config() {
   // workers and across restarts of one.
   c.conn_id_base =
       ((uint64_t)worker_index << 56) | (((uint64_t)GetCurrentTimestamp() & 0xFFFFFFu) << 32);
-  c.max_sockets = g_max_sockets;
+  c.max_sockets = max_sockets;
   return c;
 }
 
@@ -230,61 +166,6 @@ void publish_stats(const Hub &hub, const http::Server &server) {
 
 bool database_ok = true; // the last round's reads worked (for /healthz)
 
-metrics::Snapshot snapshot(const Hub &hub) {
-  metrics::Snapshot s;
-  shmem::Shared *sh = shmem::shared();
-  s.now_us = (int64)GetCurrentTimestamp() +
-             (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
-  s.worker = worker_index;
-  for (int i = 0; i < shmem::kMaxWorkers; i++)
-    if (pg_atomic_read_u32(&sh->worker_pid[i]) != 0)
-      s.connections += (int64_t)pg_atomic_read_u64(&sh->worker_stats[i].connections);
-  const engine::Counters &c = hub.counters();
-  s.queued = c.queued;
-  s.overflow_dropped = c.overflow_dropped;
-  s.catch_ups = c.catch_ups;
-  s.rows_read = c.rows_read;
-  s.ring_overflows = pg_atomic_read_u64(&sh->ring_overflows);
-  s.database_ok = database_ok;
-  // Without admin_token every client of these routes is anonymous: private
-  // streams stay out of them.
-  hub.fill_snapshot(&s, !settings::current().admin_token.empty());
-  return s;
-}
-
-// The plain GET routes. They run inside libmicrohttpd callbacks on this
-// thread and only read shared memory and the hub (no PostgreSQL calls).
-void register_routes(http::Server &server, const Hub &hub) {
-  server.set_handler("/", [](std::string *body, std::string *type) {
-    *body = http::status_page_html();
-    *type = "text/html; charset=utf-8";
-    return 200;
-  });
-  server.set_handler("/viewer", [](std::string *body, std::string *type) {
-    *body = http::viewer_page_html();
-    *type = "text/html; charset=utf-8";
-    return 200;
-  });
-  server.set_handler("/stats.json", [&hub](std::string *body, std::string *type) {
-    *body = metrics::render_json(snapshot(hub));
-    *type = "application/json";
-    return 200;
-  });
-  server.set_handler("/metrics", [&hub](std::string *body, std::string *type) {
-    *body = metrics::render_prometheus(snapshot(hub));
-    *type = "text/plain; version=0.0.4; charset=utf-8";
-    return 200;
-  });
-  server.set_handler("/healthz", [](std::string *body, std::string *type) {
-    *type = "text/plain";
-    *body = database_ok ? "ok\n" : "database unavailable\n";
-    return database_ok ? 200 : 503;
-  });
-  // Operators' routes: behind pgbus_stream.admin_token / admin_loopback_only.
-  for (const char *path : {"/", "/stats.json", "/metrics", "/healthz"})
-    server.protect(path);
-}
-
 // Runs the loop until SIGTERM or a fatal setup error; returns the exit code.
 int run() {
   http::Server server;
@@ -292,7 +173,7 @@ int run() {
   const settings::Settings &cfg = settings::load();
   const bool listening = cfg.port != 0; // port 0: no listener (SQL-only test instances)
   if (listening)
-    plan_file_limit();
+    max_sockets = plan_file_limit(worker_index);
   if (listening && !server.start(http_config(), &err)) {
     pg::warn("cannot listen on port " + std::to_string(cfg.port) + ": " + err);
     return 1;
@@ -316,7 +197,7 @@ int run() {
   };
   hub.reload_catalog();
   if (listening)
-    register_routes(server, hub);
+    register_routes(server, hub, worker_index, &database_ok);
 
   // Worker 0 reads the capture's messages back from replayed WAL; WAL
   // written into pg_wal wakes it (worker/wal_reader.hpp).

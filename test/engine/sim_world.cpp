@@ -255,7 +255,7 @@ void World::connect(Client &c, bool fresh) {
     req.streams.push_back(streams[s].name);
   req.subscriber = c.subscriber;
   if (!c.subscriber.empty()) // a stored cursor needs a credential whose sub names it
-    req.token = auth::sign_jwt({"*"}, 0, kSimTokenExp, c.subscriber, "", kSimJwtSecret);
+    req.creds.token = auth::sign_jwt({"*"}, 0, kSimTokenExp, c.subscriber, "", kSimJwtSecret);
   req.gem = c.gem;
   std::string cursor = c.last_token;
   bool all_stored = !c.subscriber.empty();

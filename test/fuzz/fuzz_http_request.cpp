@@ -219,10 +219,10 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
 
   Request req;
   const std::string preset = "preset-token";
-  const bool has_bearer = bearer_token(authorization, &req.token);
+  const bool has_bearer = bearer_token(authorization, &req.creds.token);
   if (!has_bearer)
-    req.token = (authorization.size() & 1) ? preset : std::string();
-  const std::string token_before = req.token;
+    req.creds.token = (authorization.size() & 1) ? preset : std::string();
+  const std::string token_before = req.creds.token;
   std::string reason;
   const int st = fill_sse_request(route, t, max_streams, &req, &reason);
   if (st != 0) {
@@ -244,9 +244,9 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
     // has the shape of one (request.hpp).
     std::string name;
     check(percent_decode(path.substr(9), false, &name), "Stream route with an undecodable name");
-    if (!req.signed_name.empty()) {
+    if (!req.creds.signed_name.empty()) {
       check(req.streams.empty(), "Stream route with a signed name and a plain stream");
-      check(name == req.signed_name, "signed name is not the decoded path segment");
+      check(name == req.creds.signed_name, "signed name is not the decoded path segment");
       check(auth::looks_signed(name), "a signed name that does not look signed");
     } else {
       check(req.streams.size() == 1 && name == req.streams[0],
@@ -264,9 +264,9 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
   } else {
     std::string name;
     check(req.streams.empty(), "Signed route set streams");
-    check(percent_decode(path.substr(15), false, &name) && name == req.signed_name,
+    check(percent_decode(path.substr(15), false, &name) && name == req.creds.signed_name,
           "signed name is not the decoded path rest");
-    check(!trim(req.signed_name).empty(), "blank signed name accepted");
+    check(!trim(req.creds.signed_name).empty(), "blank signed name accepted");
   }
 
   // Cursor, replay, subscriber and token parameters.
@@ -281,10 +281,10 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
   check(req.has_since == (since != nullptr), "has_since disagrees with the query");
   if (since)
     check(req.since == trim(*since) && !req.since.empty(), "since is not the first non-blank parameter, trimmed");
-  check(is_trimmed(req.replay) && is_trimmed(req.subscriber) && is_trimmed(req.token),
+  check(is_trimmed(req.replay) && is_trimmed(req.subscriber) && is_trimmed(req.creds.token),
         "a parameter is not trimmed");
   if (!token_before.empty())
-    check(req.token == token_before, "the header token was overridden by ?token=");
+    check(req.creds.token == token_before, "the header token was overridden by ?token=");
   check(!req.has_last_event_id && req.last_event_id.empty(), "fill_sse_request touched Last-Event-ID");
 }
 

@@ -223,9 +223,9 @@ private:
     printf("pending %llu %s signed=%s since=%s last_event_id=%s replay=%s subscriber=%s "
            "token=%s origin=%s remote=%s\n",
            static_cast<unsigned long long>(r.conn_id), join(r.streams).c_str(),
-           r.signed_name.c_str(), r.has_since ? r.since.c_str() : "-",
+           r.creds.signed_name.c_str(), r.has_since ? r.since.c_str() : "-",
            r.has_last_event_id ? r.last_event_id.c_str() : "-", r.replay.c_str(),
-           r.subscriber.c_str(), r.token.c_str(), r.origin.c_str(), r.remote_addr.c_str());
+           r.subscriber.c_str(), r.creds.token.c_str(), r.origin.c_str(), r.remote_addr.c_str());
     if (has(r.streams, "undecided"))
       return;
     if (has(r.streams, "missing"))

@@ -82,7 +82,7 @@ TEST(SseRequest, SingleStream) {
   EXPECT_EQ(r.since, "42");
   EXPECT_EQ(r.replay, "all");
   EXPECT_EQ(r.subscriber, "s1");
-  EXPECT_EQ(r.token, "t");
+  EXPECT_EQ(r.creds.token, "t");
 }
 
 TEST(SseRequest, BlankIsAbsentAndSinceWins) {
@@ -153,7 +153,7 @@ TEST(SseRequest, SignedName) {
   Request r = fill("/pgbus/streams/ab%2Fc+d%3D%3D--99?since=3", &st);
   ASSERT_EQ(st, 0);
   EXPECT_TRUE(r.streams.empty());
-  EXPECT_EQ(r.signed_name, "ab/c+d==--99");
+  EXPECT_EQ(r.creds.signed_name, "ab/c+d==--99");
   EXPECT_EQ(r.since, "3");
   fill("/pgbus/streams/%20", &st);
   EXPECT_EQ(st, 400);
@@ -167,13 +167,13 @@ TEST(SseRequest, SignedNameUnderStreams) {
   Request r = fill("/streams/ab/c+d==--" + hex, &st);
   ASSERT_EQ(st, 0);
   EXPECT_TRUE(r.streams.empty());
-  EXPECT_EQ(r.signed_name, "ab/c+d==--" + hex);
+  EXPECT_EQ(r.creds.signed_name, "ab/c+d==--" + hex);
   r = fill("/streams/ab%2Fc%2Bd%3D%3D--" + hex, &st);
   ASSERT_EQ(st, 0);
-  EXPECT_EQ(r.signed_name, "ab/c+d==--" + hex);
+  EXPECT_EQ(r.creds.signed_name, "ab/c+d==--" + hex);
   r = fill("/pgbus/streams/ab/c+d==--" + hex, &st);
   ASSERT_EQ(st, 0);
-  EXPECT_EQ(r.signed_name, "ab/c+d==--" + hex);
+  EXPECT_EQ(r.creds.signed_name, "ab/c+d==--" + hex);
   r = fill("/streams/chat--x", &st); // not a signature: a (valid) stream name
   ASSERT_EQ(st, 0);
   EXPECT_EQ(r.streams, (std::vector<std::string>{"chat--x"}));

@@ -304,7 +304,7 @@ TEST(Gate, Decisions) {
   g.configure({std::string(64, 'a'), "", "jk"});
   Identity none, id;
   std::string why;
-  EXPECT_EQ(g.authenticate("", "", "", kNow, &none, &why), 0);
+  EXPECT_EQ(g.authenticate({"", "", ""}, kNow, &none, &why), 0);
   EXPECT_FALSE(none.present);
   // Public streams need nothing; private and unknown ones look alike.
   EXPECT_EQ(Gate::authorize(none, "pub", true, true, &why), 0);
@@ -314,27 +314,27 @@ TEST(Gate, Decisions) {
   EXPECT_EQ(why, private_reason);
   // A signed name covers the names of the gem's stream for it only (which
   // of them is its stream the engine decides by queue table: test_gem_stream).
-  ASSERT_EQ(g.authenticate(sign_name("a:b", std::string(64, 'a')), "", "", kNow, &id, &why), 0);
+  ASSERT_EQ(g.authenticate({sign_name("a:b", std::string(64, 'a')), "", ""}, kNow, &id, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "a_b", true, false, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "a:b", true, false, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "other", true, false, &why), 403);
   EXPECT_EQ(Gate::authorize(id, "other", false, false, &why), 403);
   EXPECT_EQ(Gate::authorize(id, "pgbus_a_b", true, false, &why), 0); // auto_attach's other name
   EXPECT_EQ(Gate::authorize(id, "a_b_c", true, false, &why), 403);
-  EXPECT_EQ(g.authenticate(sign_name("a", "zz"), "", "", kNow, &id, &why), 401);
+  EXPECT_EQ(g.authenticate({sign_name("a", "zz"), "", ""}, kNow, &id, &why), 401);
   // JWTs: the bearer/query token wins over the cookie; patterns; sub binding.
   const std::string tok = sign_jwt({"room_*"}, kNow, kNow + 60, std::string("alice"), "", "jk");
-  ASSERT_EQ(g.authenticate("", tok, "garbage", kNow, &id, &why), 0);
+  ASSERT_EQ(g.authenticate({"", tok, "garbage"}, kNow, &id, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "room_1", true, false, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "room_9", false, false, &why), 404);
   EXPECT_EQ(Gate::authorize(id, "chat", true, false, &why), 403);
   // A bad cookie counts as none (public streams keep working) and says why.
-  ASSERT_EQ(g.authenticate("", "", "garbage", kNow, &id, &why), 0);
+  ASSERT_EQ(g.authenticate({"", "", "garbage"}, kNow, &id, &why), 0);
   EXPECT_FALSE(id.present);
   EXPECT_EQ(Gate::authorize(id, "pub", true, true, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "priv", true, false, &why), 401);
   EXPECT_NE(why.find("token cookie"), std::string::npos);
-  ASSERT_EQ(g.authenticate("", "", tok, kNow, &id, &why), 0);
+  ASSERT_EQ(g.authenticate({"", "", tok}, kNow, &id, &why), 0);
   EXPECT_EQ(Gate::authorize_subscriber(id, "alice", &why), 0);
   EXPECT_EQ(Gate::authorize_subscriber(id, "bob", &why), 403);
   EXPECT_EQ(Gate::authorize_subscriber(id, "a b", &why), 400);
@@ -347,9 +347,9 @@ TEST(Gate, Decisions) {
   // Without keys, signed names and JWTs are refused with a clear reason.
   Gate off;
   off.configure({});
-  EXPECT_EQ(off.authenticate(sign_name("a", "k"), "", "", kNow, &id, &why), 401);
+  EXPECT_EQ(off.authenticate({sign_name("a", "k"), "", ""}, kNow, &id, &why), 401);
   EXPECT_NE(why.find("not enabled"), std::string::npos);
-  ASSERT_EQ(off.authenticate("", tok, "", kNow, &id, &why), 0);
+  ASSERT_EQ(off.authenticate({"", tok, ""}, kNow, &id, &why), 0);
   EXPECT_EQ(Gate::authorize(id, "priv", true, false, &why), 401);
   EXPECT_NE(why.find("jwt_secret"), std::string::npos);
 }

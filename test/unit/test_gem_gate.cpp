@@ -29,7 +29,7 @@ TEST(GemGate, JwtBesideSignedNameGivesSubAndCtx) {
   Identity id;
   std::string why;
   for (auto [bearer, cookie] : {std::pair<std::string, std::string>{jwt, ""}, {"", jwt}}) {
-    ASSERT_EQ(g.authenticate(name, bearer, cookie, kNow, &id, &why), 0) << why;
+    ASSERT_EQ(g.authenticate({name, bearer, cookie}, kNow, &id, &why), 0) << why;
     EXPECT_TRUE(id.present);
     EXPECT_EQ(id.signed_name, "room:1");
     ASSERT_TRUE(id.sub.has_value());
@@ -49,13 +49,14 @@ TEST(GemGate, BadJwtBesideSignedNameIsIgnored) {
   Identity id;
   std::string why;
   for (const std::string &bad : {wrong, expired, std::string("x.y.z")}) {
-    ASSERT_EQ(g.authenticate(name, bad, "", kNow, &id, &why), 0);
+    ASSERT_EQ(g.authenticate({name, bad, ""}, kNow, &id, &why), 0);
     EXPECT_TRUE(id.present);
     EXPECT_FALSE(id.sub.has_value());
     EXPECT_EQ(id.ctx, "");
   }
   // A bad signed name is refused whatever JWT comes with it.
-  EXPECT_EQ(g.authenticate(sign_name("room:1", "nope"), sign_jwt({"*"}, kNow, kNow + 60, "a", "{}", "jwt"),
-                           "", kNow, &id, &why),
+  EXPECT_EQ(g.authenticate({sign_name("room:1", "nope"),
+                            sign_jwt({"*"}, kNow, kNow + 60, "a", "{}", "jwt"), ""},
+                           kNow, &id, &why),
             401);
 }
