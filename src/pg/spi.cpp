@@ -135,6 +135,18 @@ namespace {
 
 constexpr int kMaxArgs = 8;
 
+// Room for a query's arguments as Datums, bound by bind_args.
+struct Bound {
+  explicit Bound(const std::vector<Arg> &args) : n((int)args.size()) {
+    if (n > kMaxArgs)
+      throw std::runtime_error("too many SPI arguments");
+  }
+  int n;
+  Oid types[kMaxArgs];
+  Datum values[kMaxArgs];
+  char nulls[kMaxArgs];
+};
+
 // Query arguments as Datums (inside pg::call: this allocates).
 void bind_args(const std::vector<Arg> &args, Oid *types, Datum *values, char *nulls) {
   for (size_t i = 0; i < args.size(); i++) {
@@ -204,12 +216,11 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
   // Arguments are converted to Datums first (PostgreSQL side), then the query
   // runs, and the text of each cell is collected in palloc'd memory; the C++
   // copy happens after the guarded region.
-  int nargs = (int)args.size();
-  Oid types[kMaxArgs];
-  Datum values[kMaxArgs];
-  char nulls[kMaxArgs];
-  if (nargs > kMaxArgs)
-    throw std::runtime_error("too many SPI arguments");
+  Bound b(args);
+  const int nargs = b.n;
+  Oid *types = b.types;
+  Datum *values = b.values;
+  char *nulls = b.nulls;
   struct Raw {
     char **cells;
     uint64 nrows;
@@ -254,12 +265,11 @@ Table SpiTx::query(const std::string &sql, const std::vector<Arg> &args, bool re
 // at most here, detoasted and in its copy.
 Table SpiTx::query_until(const std::string &sql, const std::vector<Arg> &args, unsigned as_role,
                          const Until &until, int64_t *last_id, bool *cut) {
-  int nargs = (int)args.size();
-  Oid types[kMaxArgs];
-  Datum values[kMaxArgs];
-  char nulls[kMaxArgs];
-  if (nargs > kMaxArgs)
-    throw std::runtime_error("too many SPI arguments");
+  Bound b(args);
+  const int nargs = b.n;
+  Oid *types = b.types;
+  Datum *values = b.values;
+  char *nulls = b.nulls;
   struct Raw {
     SPITupleTable **tables;
     const char **data; // nullptr: NULL

@@ -67,6 +67,26 @@ async function main() {
         shots.push({ label, page });
         return page;
       },
+      // Watches every request the page makes to /streams/<stream>, with the
+      // headers Chromium really sent (DevTools protocol: Last-Event-ID is
+      // added below the page, so it is only in the ExtraInfo event), and
+      // reloads the page so that its first request is seen too.
+      // Returns { reqUrls, sentHeaders }, both by request id.
+      async watchStreamRequests(page, stream) {
+        const reqUrls = new Map(), sentHeaders = new Map();
+        const cdp = await page.context().newCDPSession(page);
+        cdp.on('Network.requestWillBeSent', (e) => {
+          if (e.request.url.includes(`/streams/${stream}`)) reqUrls.set(e.requestId, { url: e.request.url, at: e.timestamp });
+        });
+        cdp.on('Network.requestWillBeSentExtraInfo', (e) => {
+          const hdr = {};
+          for (const [k, v] of Object.entries(e.headers)) hdr[k.toLowerCase()] = v;
+          sentHeaders.set(e.requestId, hdr);
+        });
+        await cdp.send('Network.enable');
+        await page.reload({ waitUntil: 'load' });
+        return { reqUrls, sentHeaders };
+      },
     };
     let error = null;
     let timer;

@@ -33,21 +33,9 @@ module.exports = {
   timeout: 150000,
   async run(t) {
     const page = await t.openPage('reconnect', `${t.cfg.pageOrigin}/eventsource.html?stream=${S}`);
-    // Every request the EventSource makes, with the headers Chromium really
-    // sent (DevTools protocol; Last-Event-ID is added below the page, so it is
-    // only in the ExtraInfo event), reconnects included.
-    const reqUrls = new Map(), sentHeaders = new Map();
-    const cdp = await page.context().newCDPSession(page);
-    cdp.on('Network.requestWillBeSent', (e) => {
-      if (e.request.url.includes(`/streams/${S}`)) reqUrls.set(e.requestId, { url: e.request.url, at: e.timestamp });
-    });
-    cdp.on('Network.requestWillBeSentExtraInfo', (e) => {
-      const hdr = {};
-      for (const [k, v] of Object.entries(e.headers)) hdr[k.toLowerCase()] = v;
-      sentHeaders.set(e.requestId, hdr);
-    });
-    await cdp.send('Network.enable');
-    await page.reload({ waitUntil: 'load' }); // so that the first request is seen too
+    // Every request the EventSource makes (reconnects included), with the
+    // headers Chromium really sent.
+    const { reqUrls, sentHeaders } = await t.watchStreamRequests(page, S);
     const sse = () => page.evaluate(() => window.__sse);
     await t.waitFor(async () => (await sse()).connected.length >= 1, { timeout: 10000, what: 'pgbus:connected' });
     const run = Date.now().toString(36);

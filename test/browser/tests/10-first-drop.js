@@ -18,20 +18,9 @@ module.exports = {
   async run(t) {
     await t.waitForWorker(S, 15000);
     const page = await t.openPage('firstdrop', `${t.cfg.pageOrigin}/eventsource.html?stream=${S}`);
-    // The requests Chromium sends for the stream, with the headers it really
-    // sent (Last-Event-ID is added below the page: only in ExtraInfo).
-    const reqUrls = new Map(), sentHeaders = new Map();
-    const cdp = await page.context().newCDPSession(page);
-    cdp.on('Network.requestWillBeSent', (e) => {
-      if (e.request.url.includes(`/streams/${S}`)) reqUrls.set(e.requestId, { url: e.request.url, at: e.timestamp });
-    });
-    cdp.on('Network.requestWillBeSentExtraInfo', (e) => {
-      const hdr = {};
-      for (const [k, v] of Object.entries(e.headers)) hdr[k.toLowerCase()] = v;
-      sentHeaders.set(e.requestId, hdr);
-    });
-    await cdp.send('Network.enable');
-    await page.reload({ waitUntil: 'load' }); // so that the first request is seen too
+    // Every request the EventSource makes (reconnects included), with the
+    // headers Chromium really sent.
+    const { reqUrls, sentHeaders } = await t.watchStreamRequests(page, S);
     const sse = () => page.evaluate(() => window.__sse);
     await t.waitFor(async () => (await sse()).connected.length >= 1, { timeout: 10000, what: 'pgbus:connected' });
     const first = await sse();
