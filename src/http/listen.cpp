@@ -3,6 +3,8 @@
 
 #include "http/request.hpp"
 
+#include "core/text.hpp"
+
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
@@ -60,7 +62,7 @@ bool expand(const std::string &addresses, std::vector<Addr> *out, std::string *e
   std::string_view rest = addresses;
   while (true) {
     const size_t comma = rest.find(',');
-    const std::string_view item = trim(rest.substr(0, comma));
+    const std::string_view item = text::trim(rest.substr(0, comma));
     std::vector<std::pair<std::string, bool>> literals; // text, optional
     if (item == "*") {
       literals = {{"0.0.0.0", false}, {"::", true}};
