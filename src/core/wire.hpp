@@ -1,9 +1,10 @@
 // What clients see besides the payloads: the rules and frames of the pgbus
-// wire format (README "Wire format", docs/ARCHITECTURE.md "Gaps: what is
-// announced"). The one home of the event-name rule, the connection-id format
-// and every control frame (`pgbus:*`, no id line); the engine, the HTTP
-// layer, the settings' check hook and SQL (pgbus_stream._wire_valid) call
-// it. Frames are encoded by core/sse. Pure C++, no PostgreSQL.
+// wire format (README "Wire format"). The one home of the event-name rule,
+// the connection-id format and every control frame (`pgbus:*`, no id line);
+// the engine, the HTTP layer, the settings' check hook and SQL
+// (pgbus_stream._wire_valid) call it. Frames are encoded by core/sse. Pure
+// C++, no PostgreSQL. The gap notices' reasons:
+// docs/ARCHITECTURE.md, "Gaps: what is announced".
 #pragma once
 #include "core/no_postgres.hpp"
 
