@@ -1,8 +1,6 @@
 // Listening sockets for the HTTP listener (see listen.hpp).
 #include "http/listen.hpp"
 
-#include "http/request.hpp"
-
 #include "core/text.hpp"
 
 #include <arpa/inet.h>
