@@ -46,9 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   // The input as a stream name and as a pattern.
   const size_t half = size / 2;
-  const std::string_view pat = in.substr(0, half), name = in.substr(half);
-  const bool exact = pgbs::text::glob(pat, name);
-  check(!exact || pgbs::text::glob(pat, name, pgbs::text::Case::Insensitive),
+  const std::string_view pat = in.substr(0, half), subject = in.substr(half);
+  const bool exact = pgbs::text::glob(pat, subject);
+  check(!exact || pgbs::text::glob(pat, subject, pgbs::text::Case::Insensitive),
         "a case-sensitive match is not a case-insensitive one");
   if (valid_subscriber_id(in, &why))
     check(size > 0 && size <= kMaxSubscriberIdBytes, "subscriber id bounds");
