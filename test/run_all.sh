@@ -33,7 +33,9 @@
 #   cassert   the same build, install, regress, tap and logs stages against
 #             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
 #             built once from Debian's source package, then reused from its
-#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
+#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR; tap there
+#             runs the 17 files of $PGBUS_CASSERT_TESTS (the ones through
+#             what differs on 15; "all": every file), or $PROVE_TESTS
 #   pg18      build (warnings as errors), install, regress, tap, the browser's
 #             edge test and logs against PostgreSQL 18 built with
 #             --enable-cassert (test/pg_cassert.sh 18: sid's source package,
@@ -48,7 +50,9 @@
 #             the background when the run begins, at nice 10 (log:
 #             <dir>/prepare.log), while the other stages run.
 #             So the default run has regress, tap and the browser's edge test
-#             on 15, 17 and 18, and assertions on 15 (cassert) and 18 (pg18).
+#             on 15, 17 and 18, and assertions on 15 (cassert: regress and
+#             17 TAP files) and 18 (pg18: regress, every TAP file, the edge
+#             test).
 #   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
 #             a process killed by a signal, a worker exit while the server was
 #             not stopping, or a FATAL line of the extension fails, except kills
@@ -75,6 +79,7 @@
 # PROVE_FLAGS (extra prove options), PROVE_JOBS (TAP files at once, default
 # JOBS + 1), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
 # PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
+# PGBUS_CASSERT_TESTS (cassert's TAP files, see cassert),
 # PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh), PGBUS_PG18_DIR,
 # PGBUS_PG17_DIR, PGBUS_PG17_TREE (where pg18 and pg17 work),
 # PGBUS_NESTED_STAGES (the stages pg18 and pg17 run, instead of theirs).
@@ -425,13 +430,26 @@ stage_package() {
 # objects of the main build are left alone. The nested run checks its own
 # server logs; PROVE_TESTS and PROVE_FLAGS apply to it as well.
 CASSERT_DIR=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
+# The TAP files cassert runs (PGBUS_CASSERT_TESTS; "all": every file). Every
+# file runs on 15 in the tap stage and with assertions on 18 in pg18; these
+# are the ones through the code that differs on 15 (src/pg/compat.hpp) and
+# the parts of PostgreSQL it meets: the capture's per-backend slots and
+# paths (001, 003, 011, 033), the worker's wait event set across kills,
+# cancels and errors (005, 033, 053, 057), the warning once per transaction
+# (036), the WAL records and the WAL writer's wake (070, 071, 072, 085,
+# 093), the extension owner's presence (066, 093), the queue names' varlena
+# text (060), upgrade and dump/restore (091, 092).
+CASSERT_TESTS=${PGBUS_CASSERT_TESTS:-001_basic 003_concurrency 005_restart 011_capture_paths 033_no_loss 036_logical 053_errors_shutdown 057_error_memory 060_gem_queues 066_presence 070_standby 071_failover 072_standby_records 085_wal_without_library 091_upgrade 092_dump_restore 093_pg_versions}
 stage_cassert() {
-	local pgc dir=$CASSERT_DIR
+	local pgc dir=$CASSERT_DIR tests=${PROVE_TESTS:-} t
+	if [ -z "$tests" ] && [ "$CASSERT_TESTS" != all ]; then
+		for t in $CASSERT_TESTS; do tests+="test/t/$t.pl "; done
+	fi
 	prepare_wait cassert "$dir/prepare" || return 1
 	pgc=$PREPARE_OUT
 	copy_tree "$dir/tree" || return 1
 	chmod -R a+rX "$dir"
-	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check PROVE_TESTS=$tests \
 		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
 }
 
