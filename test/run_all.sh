@@ -479,7 +479,7 @@ copy_tree() {
 # DIR CMD... runs CMD with its output in DIR/prepare.log and its stdout in
 # DIR/prepare.out, at a lower priority (nice 10): it takes the CPU the
 # stages in the foreground leave (the TAP and browser stages mostly wait on
-# servers and sockets), and their timing is not disturbed by it.
+# servers and sockets), and those keep the larger share while it builds.
 declare -A PREPARE_PID=()
 prepare_bg() {
 	local name=$1 dir=$2
