@@ -48,7 +48,8 @@ if [ -f "$STAMP" ] && [ -x "$PREFIX/bin/pg_config" ] &&
 	for m in $CONTRIB; do
 		[ -f "$PREFIX/share/postgresql/extension/$m.control" ] || missing="$missing $m"
 	done
-	TREE=$(find "$SRC" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-*' 2>/dev/null | head -n 1)
+	# (none when the source and build tree were removed after the build)
+	TREE=$(find "$SRC" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-*' 2>/dev/null | head -n 1 || true)
 	for m in $missing; do
 		# A cache from before the module was on the list: add it from the
 		# build tree when that is still there, else build everything again.

@@ -22,7 +22,9 @@
 #             SIM_SEEDS seeds, 100000 by default, within SIM_SECONDS, 600)
 #   http      make -C test/http run             (if test/http/Makefile exists)
 #   fuzz      make -C test/fuzz run FUZZ_SECONDS=$FUZZ_SECONDS (if test/fuzz/Makefile exists)
-#   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker listening)
+#   tap       prove test/t/*.pl (PostgreSQL::Test::Cluster nodes with the worker
+#             listening); from 17 on the nodes are copies of one initdb made at
+#             the start of the stage (INITDB_TEMPLATE), not an initdb each
 #   browser   bash test/browser/run.sh          (if it exists; real headless browser)
 #   package   bash test/package/run.sh: dpkg-buildpackage -b, lintian, dpkg -i,
 #             make installcheck against a running server of Debian's PostgreSQL
@@ -31,19 +33,26 @@
 #   cassert   the same build, install, regress, tap and logs stages against
 #             PostgreSQL 15 built with --enable-cassert (test/pg_cassert.sh:
 #             built once from Debian's source package, then reused from its
-#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR
+#             cache), on a copy of the tree in $PGBUS_CASSERT_DIR; tap there
+#             runs the 17 files of $PGBUS_CASSERT_TESTS (the ones through
+#             what differs on 15; "all": every file), or $PROVE_TESTS
 #   pg18      build (warnings as errors), install, regress, tap, the browser's
 #             edge test and logs against PostgreSQL 18 built with
 #             --enable-cassert (test/pg_cassert.sh 18: sid's source package,
 #             built once and cached), on a copy of the tree in $PGBUS_PG18_DIR
-#   pg17      build (warnings as errors), install, regress, the browser's edge
-#             test, package and logs against Debian trixie's PostgreSQL 17
-#             packages, inside a trixie root made once by test/pg_chroot.sh
-#             (root only; the servers listen on the machine's loopback). The
-#             TAP suite too when pg17 is named (--only pg17): the default run
-#             leaves it to 15 and 18, to stay within the hour
-#             Both start preparing their server in the background when the
-#             run begins (log: <dir>/prepare.log), while the other stages run.
+#   pg17      build (warnings as errors), install, regress, tap, the browser's
+#             edge test, package and logs against Debian trixie's PostgreSQL 17
+#             packages (no assertions), inside a trixie root made once by
+#             test/pg_chroot.sh (root only; the servers listen on the
+#             machine's loopback)
+#             cassert, pg18 and pg17 start preparing their server (a build, a
+#             build, a debootstrap; reused from the cache on later runs) in
+#             the background when the run begins, at nice 10 (log:
+#             <dir>/prepare.log), while the other stages run.
+#             So the default run has regress, tap and the browser's edge test
+#             on 15, 17 and 18, and assertions on 15 (cassert: regress and
+#             17 TAP files) and 18 (pg18: regress, every TAP file, the edge
+#             test).
 #   logs      every server log of regress, tap and browser (test/lib/LogScan.pm):
 #             a process killed by a signal, a worker exit while the server was
 #             not stopping, or a FATAL line of the extension fails, except kills
@@ -70,6 +79,7 @@
 # PROVE_FLAGS (extra prove options), PROVE_JOBS (TAP files at once, default
 # JOBS + 1), PGBUS_TEST_USER, PGBUS_CHECK_DIR, JOBS,
 # PG_CONFIG, PGBUS_CASSERT_DIR (default /tmp/pgbus_stream_cassert),
+# PGBUS_CASSERT_TESTS (cassert's TAP files, see cassert),
 # PGBUS_CASSERT_PREFIX (see test/pg_cassert.sh), PGBUS_PG18_DIR,
 # PGBUS_PG17_DIR, PGBUS_PG17_TREE (where pg18 and pg17 work),
 # PGBUS_NESTED_STAGES (the stages pg18 and pg17 run, instead of theirs).
@@ -115,9 +125,6 @@ done
 for _s in ${ONLY//,/ } ${SKIP//,/ }; do
 	[[ " ${ALL_STAGES[*]} " == *" $_s "* ]] || { echo "run_all.sh: unknown stage '$_s' (stages: ${ALL_STAGES[*]})" >&2; exit 2; }
 done
-
-# asked NAME: the stage was named with --only (stages run only on request).
-asked() { [[ "$ONLY" == *",$1,"* ]]; }
 
 wanted() {
 	local s=$1
@@ -356,6 +363,23 @@ stage_tap() {
 	# Every node takes its ports through PostgreSQL::Test::Cluster's port
 	# locks, so files never collide.
 	local jobs=${PROVE_JOBS:-$((JOBS + 1))}
+	# From 17 on, PostgreSQL::Test::Cluster copies a data directory made once
+	# (INITDB_TEMPLATE) into each node that asks initdb for nothing of its own
+	# (none of these tests does) instead of running initdb for it: made here,
+	# once per run, with the options and locale environment Cluster.pm's own
+	# initdb would have (-A trust -N; LC_ALL and LANGUAGE unset, messages in C).
+	local template=()
+	if [ "$PG_MAJOR" -ge 17 ]; then
+		local tmpl=$CHECK_DIR/tap/initdb_template
+		rm -rf "$tmpl"
+		if ! as_test_user env -u LC_ALL -u LANGUAGE LC_MESSAGES=C LC_NUMERIC=C PATH="$PGBIN:$PATH" \
+			initdb -D "$tmpl" -A trust -N --no-instructions >"$CHECK_DIR/tap/initdb_template.log" 2>&1; then
+			echo "initdb of the nodes' template failed:"
+			cat "$CHECK_DIR/tap/initdb_template.log"
+			return 1
+		fi
+		template=(INITDB_TEMPLATE="$tmpl")
+	fi
 	# TESTDATADIR and TESTLOGDIR (read from PostgreSQL 16 on; 15 derives the
 	# same directories from TESTDIR): the nodes' data directories as absolute
 	# paths, which tests hand to the server (whose working directory is its
@@ -364,7 +388,7 @@ stage_tap() {
 	(cd "$CHECK_DIR/tap" && as_test_user env \
 		PATH="$PGBIN:$PATH" PG_REGRESS="$PG_REGRESS" TESTDIR="$CHECK_DIR/tap" \
 		TESTDATADIR="$CHECK_DIR/tap/tmp_check" TESTLOGDIR="$CHECK_DIR/tap/tmp_check/log" \
-		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" \
+		PG_TEST_EXTRA="${PG_TEST_EXTRA:-}" "${template[@]}" \
 		prove --timer -j"$jobs" ${PROVE_FLAGS:-} -I "$tree/test/lib" -I "$PG_PERL" "${tests[@]}") 2>&1 \
 		| tee "$CHECK_DIR/tap/prove.out"
 	local rc=${PIPESTATUS[0]}
@@ -405,12 +429,27 @@ stage_package() {
 # PostgreSQL (built once, then cached), on a copy of the tree so that the
 # objects of the main build are left alone. The nested run checks its own
 # server logs; PROVE_TESTS and PROVE_FLAGS apply to it as well.
+CASSERT_DIR=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
+# The TAP files cassert runs (PGBUS_CASSERT_TESTS; "all": every file). Every
+# file runs on 15 in the tap stage and with assertions on 18 in pg18; these
+# are the ones through the code that differs on 15 (src/pg/compat.hpp) and
+# the parts of PostgreSQL it meets: the capture's per-backend slots and
+# paths (001, 003, 011, 033), the worker's wait event set across kills,
+# cancels and errors (005, 033, 053, 057), the warning once per transaction
+# (036), the WAL records and the WAL writer's wake (070, 071, 072, 085,
+# 093), the extension owner's presence (066, 093), the queue names' varlena
+# text (060), upgrade and dump/restore (091, 092).
+CASSERT_TESTS=${PGBUS_CASSERT_TESTS:-001_basic 003_concurrency 005_restart 011_capture_paths 033_no_loss 036_logical 053_errors_shutdown 057_error_memory 060_gem_queues 066_presence 070_standby 071_failover 072_standby_records 085_wal_without_library 091_upgrade 092_dump_restore 093_pg_versions}
 stage_cassert() {
-	local pgc dir=${PGBUS_CASSERT_DIR:-/tmp/pgbus_stream_cassert}
-	pgc=$(JOBS=$JOBS "$REPO/test/pg_cassert.sh") || return 1
+	local pgc dir=$CASSERT_DIR tests=${PROVE_TESTS:-} t
+	if [ -z "$tests" ] && [ "$CASSERT_TESTS" != all ]; then
+		for t in $CASSERT_TESTS; do tests+="test/t/$t.pl "; done
+	fi
+	prepare_wait cassert "$dir/prepare" || return 1
+	pgc=$PREPARE_OUT
 	copy_tree "$dir/tree" || return 1
 	chmod -R a+rX "$dir"
-	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check \
+	PG_CONFIG=$pgc PGBUS_CHECK_DIR=$dir/check PROVE_TESTS=$tests \
 		"$dir/tree/test/run_all.sh" --only build,install,regress,tap,logs
 }
 
@@ -434,17 +473,20 @@ copy_tree() {
 	fi
 }
 
-# The servers of pg18 and pg17 take minutes to prepare the first time on a
-# machine (a build from source, a debootstrap): started in the background
-# when the run begins, awaited by their stage. prepare_bg NAME DIR CMD...
-# runs CMD with its output in DIR/prepare.log and its stdout in DIR/prepare.out.
+# The servers of cassert, pg18 and pg17 take minutes to prepare the first
+# time on a machine (two builds from source, a debootstrap): started in the
+# background when the run begins, awaited by their stage. prepare_bg NAME
+# DIR CMD... runs CMD with its output in DIR/prepare.log and its stdout in
+# DIR/prepare.out, at a lower priority (nice 10): it takes the CPU the
+# stages in the foreground leave (the TAP and browser stages mostly wait on
+# servers and sockets), and those keep the larger share while it builds.
 declare -A PREPARE_PID=()
 prepare_bg() {
 	local name=$1 dir=$2
 	shift 2
 	mkdir -p "$dir" || return 1
 	rm -f "$dir/prepare.out" "$dir/prepare.rc"
-	("$@" >"$dir/prepare.out" 2>"$dir/prepare.log"; echo $? >"$dir/prepare.rc") &
+	(nice -n 10 "$@" >"$dir/prepare.out" 2>"$dir/prepare.log"; echo $? >"$dir/prepare.rc") &
 	PREPARE_PID[$name]=$!
 	echo "preparing $name in the background: $* (log: $dir/prepare.log)"
 }
@@ -471,16 +513,12 @@ PG17_DIR=${PGBUS_PG17_DIR:-/tmp/pgbus_stream_pg17}
 NESTED_STAGES=${PGBUS_NESTED_STAGES:-build,install,regress,tap,browser,logs}
 # Where pg17 copies the tree inside its root.
 PG17_TREE=${PGBUS_PG17_TREE:-/opt/pgbus_stream}
-# pg17's stages: the package besides, and the TAP suite only when pg17 is
-# named (--only pg17); the default run has it on 15, 15 with assertions and
-# 18 with assertions already, and a fourth run would pass the hour.
+# pg17's stages: those of pg18, and the package besides.
 pg17_stages() {
 	if [ -n "${PGBUS_NESTED_STAGES:-}" ]; then
 		echo "$PGBUS_NESTED_STAGES"
-	elif asked pg17; then
-		echo "$NESTED_STAGES,package"
 	else
-		echo "build,install,regress,browser,package,logs"
+		echo "$NESTED_STAGES,package"
 	fi
 }
 
@@ -575,9 +613,12 @@ export PATH="$PGBIN:$PATH"
 
 run_stage deps stage_deps
 run_stage checks stage_checks
-# The slow preparations of pg18 and pg17 (once per machine) in the
+# The slow preparations of cassert, pg18 and pg17 (once per machine) in the
 # background, while the other stages run; after deps, which installs what
 # they need.
+if wanted cassert; then
+	prepare_bg cassert "$CASSERT_DIR/prepare" env JOBS="$JOBS" "$REPO/test/pg_cassert.sh"
+fi
 if wanted pg18; then
 	prepare_bg pg18 "$PG18_DIR/prepare" env JOBS="$JOBS" "$REPO/test/pg_cassert.sh" 18
 fi
