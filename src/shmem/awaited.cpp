@@ -1,6 +1,6 @@
 // The awaited-stream set and the births counter (see awaited.hpp).
 #include "shmem/awaited.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here
 extern "C" {

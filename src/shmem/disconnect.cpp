@@ -1,6 +1,6 @@
 // The disconnect() mailbox (see disconnect.hpp).
 #include "shmem/disconnect.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/layout.hpp"
 
 extern "C" {
 #include "miscadmin.h"

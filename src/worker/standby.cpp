@@ -1,7 +1,7 @@
 // The worker's side of the standby floor table (see standby.hpp).
 #include "worker/standby.hpp"
 #include "pg/guard.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/standby.hpp"
 
 extern "C" {
@@ -63,13 +63,10 @@ bool sweep_standby_floors() {
       changed = true;
     }
   }
-  shmem::Shared *s = shmem::shared();
   if (lost)
-    pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
+    shmem::ring_incomplete();
   if (changed) // horizons may move: every worker looks
-    for (int i = 0; i < shmem::kMaxWorkers; i++)
-      if (Latch *l = s->worker_latch[i])
-        SetLatch(l);
+    shmem::wake_all_workers();
   return true;
 }
 

@@ -3,7 +3,7 @@
 #include "capture/wal.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/standby.hpp"
 
 extern "C" {
@@ -70,13 +70,7 @@ Reader rd;
 
 shmem::StandbyFloors *floors() { return shmem::standby_floors(); }
 
-void wake_workers() {
-  shmem::Shared *s = shmem::shared();
-  pg_memory_barrier();
-  for (int i = 0; i < shmem::kMaxWorkers; i++)
-    if (Latch *l = s->worker_latch[i])
-      SetLatch(l);
-}
+void wake_workers() { shmem::wake_all_workers(); }
 
 void set_phase(uint32 phase) {
   pg_atomic_write_u32(&floors()->reader, phase);
@@ -131,7 +125,7 @@ void apply(XLogReaderState *xr, bool to_ring) {
   if (m->message_size > len - SizeOfLogicalMessage - plen ||
       !wal::apply_message(m->message + plen, m->message_size, to_ring)) {
     rd.malformed++;
-    pg_atomic_fetch_add_u64(&shmem::shared()->overrun_seq, 1); // the tables are the truth
+    shmem::ring_incomplete(); // the tables are the truth
   }
 }
 
@@ -255,7 +249,7 @@ void restart_at_replay(const std::string &why) {
   });
   TransactionIdRetreat(newest);
   shmem::standby_hold_until(newest);
-  pg_atomic_fetch_add_u64(&shmem::shared()->overrun_seq, 1);
+  shmem::ring_incomplete();
   rd.next = replay;
   rd.find = false;
   allocate();
@@ -345,7 +339,7 @@ long wal_reader_pump() {
     if (why == Stop::Budget)
       return 0; // more to read: come back at once
     if (catching_up) {
-      pg_atomic_fetch_add_u64(&shmem::shared()->overrun_seq, 1);
+      shmem::ring_incomplete();
       set_phase(shmem::kReaderLive);
     }
     const bool busy = replay != rd.last_replay ||

@@ -8,6 +8,7 @@
 #include "pg/compat.hpp"
 #include "pg/spi.hpp"
 #include "settings/configs.hpp"
+#include "shmem/layout.hpp" // for now: converted after the loop work lands
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 #include "worker/audience_rules.hpp"
