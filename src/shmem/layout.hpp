@@ -8,6 +8,7 @@
 #include "shmem/conns.hpp"
 #include "shmem/figures.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/standby.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -161,6 +162,38 @@ struct Shared {
   char *ring;
 };
 
+// The standby floor table (shmem/standby.hpp).
+struct StandbyFloor {
+  TransactionId xid; // InvalidTransactionId: free
+  Oid dboid;
+  uint32 count;
+  bool wildcard;           // more streams than entries: holds every horizon of dboid
+  int64 committed_seen_us; // when a sweep first found it committed without its ring records
+  SlotEntry entries[kSlotStreams];
+};
+
+// Bounded by twice the in-flight slots: a hot standby runs with at least the
+// primary's max_connections, so only floors of transactions that ended
+// without a commit record and were not yet swept can fill the rest. A floor
+// that does not fit holds every horizon until every transaction up to its
+// xid has ended (never a silent skip).
+struct StandbyFloors {
+  LWLock *lock;
+  int capacity;
+  pg_atomic_uint32 used;      // items[0, used) are in use (readers skip the lock at 0)
+  TransactionId overflow_xid; // highest xid whose floor did not fit (Invalid: none)
+  pg_atomic_uint64 overflows; // floors that did not fit (replication())
+  pg_atomic_uint64 swept;     // floors removed by the sweep (replication())
+  // The WAL reader (worker 0, worker/wal_reader.hpp): where it stands, and
+  // its phase. Every horizon is held while it catches up at start (floors
+  // not read yet) and, once the node is promoted, until it has read the
+  // last replayed message (commits not applied yet).
+  pg_atomic_uint64 read_lsn; // end of the last record read (0: none yet)
+  pg_atomic_uint32 reader;   // ReaderPhase
+  StandbyFloor items[FLEXIBLE_ARRAY_MEMBER];
+};
+
 Shared *shared();
+StandbyFloors *standby_floors();
 
 } // namespace pgbs::shmem

@@ -27,8 +27,7 @@ constexpr int64 kCommittedGraceUs = 1000000;
 } // namespace
 
 bool sweep_standby_floors() {
-  shmem::StandbyFloors *f = shmem::standby_floors();
-  if (pg_atomic_read_u32(&f->used) == 0 && !TransactionIdIsValid(f->overflow_xid))
+  if (!shmem::standby_floors_held())
     return false;
   static std::vector<shmem::FloorXid> held;
   TransactionId overflow = InvalidTransactionId;

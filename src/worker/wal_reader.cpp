@@ -68,12 +68,10 @@ struct Reader {
 };
 Reader rd;
 
-shmem::StandbyFloors *floors() { return shmem::standby_floors(); }
-
 void wake_workers() { shmem::wake_all_workers(); }
 
-void set_phase(uint32 phase) {
-  pg_atomic_write_u32(&floors()->reader, phase);
+void set_phase(shmem::ReaderPhase phase) {
+  shmem::set_standby_reader_phase(phase);
   wake_workers(); // horizons may move
 }
 
@@ -227,7 +225,7 @@ Stop read_records(XLogRecPtr stop_at, bool to_ring) {
         apply(xr, to_ring);
       bytes += xr->EndRecPtr - xr->ReadRecPtr;
       rd.next = xr->EndRecPtr;
-      pg_atomic_write_u64(&floors()->read_lsn, rd.next);
+      shmem::set_standby_read_lsn(rd.next);
     }
     MemoryContextSwitchTo(old);
   });
@@ -253,7 +251,7 @@ void restart_at_replay(const std::string &why) {
   rd.next = replay;
   rd.find = false;
   allocate();
-  if (pg_atomic_read_u32(&floors()->reader) == shmem::kReaderCatchingUp)
+  if (shmem::standby_reader_phase() == shmem::kReaderCatchingUp)
     set_phase(shmem::kReaderLive);
   else
     wake_workers();
@@ -262,9 +260,8 @@ void restart_at_replay(const std::string &why) {
 } // namespace
 
 void wal_reader_start() {
-  shmem::StandbyFloors *f = floors();
-  const uint32 phase = pg_atomic_read_u32(&f->reader);
-  const XLogRecPtr read_lsn = pg_atomic_read_u64(&f->read_lsn);
+  const shmem::ReaderPhase phase = shmem::standby_reader_phase();
+  const XLogRecPtr read_lsn = shmem::standby_read_lsn();
   const bool recovery = RecoveryInProgress();
   if (phase == shmem::kReaderDone || (!recovery && read_lsn == 0)) {
     // A primary (or a node promoted before this worker first ran): its own
@@ -303,7 +300,6 @@ int wal_reader_fd() { return rd.active ? rd.notify_fd : -1; }
 long wal_reader_pump() {
   if (!rd.active)
     return -1;
-  shmem::StandbyFloors *f = floors();
   const int64 now_us = (int64)GetCurrentTimestamp();
   if (wal_written())
     rd.busy_until_us = now_us + kBusyWindowUs;
@@ -319,7 +315,7 @@ long wal_reader_pump() {
     // Once recovery has ended, the replay position stays at the end of the
     // last record replayed: what follows is this node's own.
     const XLogRecPtr stop_at = recovery ? InvalidXLogRecPtr : replay;
-    const bool catching_up = pg_atomic_read_u32(&f->reader) == shmem::kReaderCatchingUp;
+    const bool catching_up = shmem::standby_reader_phase() == shmem::kReaderCatchingUp;
     rd.malformed = 0;
     // While catching up the commits read are in the tables already (and
     // workers started after them): they raise the maxima and clear floors,
