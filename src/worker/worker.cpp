@@ -8,7 +8,9 @@
 #include "pg/compat.hpp"
 #include "pg/spi.hpp"
 #include "settings/configs.hpp"
-#include "shmem/layout.hpp" // for now: converted after the loop work lands
+#include "shmem/conns.hpp"
+#include "shmem/figures.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 #include "worker/audience_rules.hpp"
@@ -60,19 +62,7 @@ void on_sigterm(SIGNAL_ARGS) {
   errno = save_errno;
 }
 
-void detach_latch(int, Datum) {
-  shmem::Shared *s = shmem::shared();
-  s->worker_latch[worker_index] = nullptr;
-  pg_atomic_write_u32(&s->worker_pid[worker_index], 0);
-  shmem::reset_connection_places(worker_index); // its sockets close with the process
-  shmem::WorkerConns *wc = &s->worker_conns[worker_index];
-  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
-  wc->count = 0;
-  LWLockRelease(wc->lock);
-  // Its connections are gone: the other workers' presence watchers see them leave.
-  pg_atomic_fetch_and_u32(&s->presence_workers, ~(1u << worker_index));
-  shmem::presence_changed(worker_index);
-}
+void detach_latch(int, Datum) { shmem::worker_detach(worker_index); }
 
 // The same warning every round (a table that stays broken, a database
 // without the extension) is logged once a minute with the count of repeats.
@@ -108,7 +98,8 @@ public:
     if (last_us_ == 0)
       tokens_ = cap;
     else
-      tokens_ = std::min(cap, tokens_ + (now_us - last_us_) * (settings::current().accept_rate / 1e6));
+      tokens_ =
+          std::min(cap, tokens_ + (now_us - last_us_) * (settings::current().accept_rate / 1e6));
     last_us_ = now_us;
     return tokens_ >= 1 ? (size_t)tokens_ : 0;
   }
@@ -155,14 +146,15 @@ http::Config http_config() {
 }
 
 void publish_stats(const Hub &hub, const http::Server &server) {
-  shmem::WorkerStats *ws = &shmem::shared()->worker_stats[worker_index];
   const engine::Counters &c = hub.counters();
-  pg_atomic_write_u64(&ws->connections, server.connection_count());
-  pg_atomic_write_u64(&ws->queued, c.queued);
-  pg_atomic_write_u64(&ws->overflow_dropped, c.overflow_dropped);
-  pg_atomic_write_u64(&ws->catch_ups, c.catch_ups);
-  pg_atomic_write_u64(&ws->events_read, c.events);
-  pg_atomic_write_u64(&ws->held_back, c.held_back);
+  shmem::WorkerFigures f;
+  f.connections = server.connection_count();
+  f.queued = c.queued;
+  f.overflow_dropped = c.overflow_dropped;
+  f.catch_ups = c.catch_ups;
+  f.events_read = c.events;
+  f.held_back = c.held_back;
+  shmem::publish_worker_figures(worker_index, f);
 }
 
 bool database_ok = true; // the last round's reads worked (for /healthz)
@@ -189,7 +181,7 @@ int run() {
   std::map<std::string, std::string> rules;
   uint64 audiences_version = UINT64_MAX; // no version read yet
   auto refresh_audiences = [&] {
-    const uint64 v = pg_atomic_read_u64(&shmem::shared()->catalog_version);
+    const uint64 v = shmem::catalog_version();
     if (v == audiences_version)
       return;
     audiences_version = v;
@@ -289,7 +281,7 @@ int run() {
       wal_poll_ms = wal_reader_pump();
       const int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
       if (now_ms - last_sweep_ms >= 100 &&
-          pg_atomic_read_u32(&shmem::standby_floors()->reader) != shmem::kReaderCatchingUp) {
+          shmem::standby_reader_phase() != shmem::kReaderCatchingUp) {
         last_sweep_ms = now_ms;
         guarded([&] { floors_held = sweep_standby_floors(); });
       }
@@ -446,10 +438,7 @@ void pgbus_stream_worker_main(Datum arg) {
   // (docs/ARCHITECTURE.md, "Whose rights"); a reload of postgresql.conf
   // does not override it.
   SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-  shmem::Shared *s = shmem::shared();
-  s->worker_latch[worker::worker_index] = MyLatch;
-  pg_atomic_write_u32(&s->worker_pid[worker::worker_index], (uint32)MyProcPid);
-  shmem::reset_connection_places(worker::worker_index); // left by a previous process
+  shmem::worker_attach(worker::worker_index, MyLatch, MyProcPid);
   before_shmem_exit(worker::detach_latch, 0);
 
   char message[512];
