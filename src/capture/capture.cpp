@@ -793,18 +793,6 @@ PGBS_SQL_FUNCTION(pgbus_stream_capture) {
   return PointerGetDatum(NULL);
 }
 
-// pgbus_stream._catalog_changed(stream_id[, fresh]): called by the catalog
-// functions; tells the workers at commit. Shared memory takes an entry for
-// the stream only once it is written or watched.
-PGBS_SQL_FUNCTION(pgbus_stream_catalog_changed) {
-  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1)) {
-    pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
-    pgbs::wal::log_forget(PG_GETARG_INT64(0));
-  }
-  note_catalog_change();
-  PG_RETURN_VOID();
-}
-
 namespace {
 
 // An event without a table row: its id comes from the queue's sequence
