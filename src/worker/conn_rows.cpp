@@ -40,7 +40,7 @@ ConnRows::ConnRows(int worker_index)
 
 bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo &ci,
                     shmem::ConnSnapshot *r) {
-  if (!hub.describe(conn_id, &streams_, &cursor_, &subscriber_, &state_))
+  if (!hub.engine().describe(conn_id, &streams_, &cursor_, &subscriber_, &state_))
     return false; // not yet decided
   memset(r, 0, sizeof(*r));
   r->conn_id = conn_id;
@@ -54,7 +54,8 @@ bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo
   copy_text(r->cursor, sizeof(r->cursor), cursor_);
   copy_text(r->subscriber, sizeof(r->subscriber), subscriber_);
   copy_text(r->state, sizeof(r->state), state_);
-  if (hub.presence_of(conn_id, &ids_, &sub_)) {
+  bool wants_events;
+  if (hub.engine().presence_of(conn_id, &ids_, &sub_, &wants_events)) {
     for (const auto &[id, name] : ids_)
       if (r->nstreams < shmem::kConnStreams)
         r->stream_ids[r->nstreams++] = id;

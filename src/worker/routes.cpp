@@ -22,7 +22,7 @@ metrics::Snapshot snapshot(const Hub &hub, int worker_index, bool database_ok) {
              (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
   s.worker = worker_index;
   s.connections = (int64_t)shmem::node_connections();
-  const engine::Counters &c = hub.counters();
+  const engine::Counters &c = hub.engine().counters();
   s.queued = c.queued;
   s.overflow_dropped = c.overflow_dropped;
   s.catch_ups = c.catch_ups;

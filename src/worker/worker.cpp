@@ -146,7 +146,7 @@ http::Config http_config() {
 }
 
 void publish_stats(const Hub &hub, const http::Server &server) {
-  const engine::Counters &c = hub.counters();
+  const engine::Counters &c = hub.engine().counters();
   shmem::WorkerFigures f;
   f.connections = server.connection_count();
   f.queued = c.queued;
@@ -172,9 +172,9 @@ int run() {
     return 1;
   }
   Hub hub(server, MyDatabaseId, worker_index);
-  hub.configure_auth(settings::secrets(cfg));
+  hub.engine().configure_auth(settings::secrets(cfg));
   auth::Audiences audiences(evaluate_audience_rule);
-  hub.set_audiences(&audiences);
+  hub.engine().set_audiences(&audiences);
   // define_audience() and drop_audience() move the catalog version, whose
   // commit wakes every worker: rules are read again at the next wake-up.
   // A failed read is retried at the next change, not at every wake-up.
@@ -249,7 +249,7 @@ int run() {
                           // (server.timeout_ms() says 0 while any are queued)
     if (replays_pending && (timeout < 0 || timeout > 5))
       timeout = 5; // paged replays wait for their connection's queue to drain
-    if (const long release = hub.release_check_ms();
+    if (const long release = hub.engine().release_check_ms();
         release >= 0 && (timeout < 0 || timeout > release))
       timeout = release; // streams left by their last connection here go dormant after their linger
     if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
@@ -292,7 +292,7 @@ int run() {
       settings::load();
       server.reconfigure(http_config());
       hub.configure();
-      hub.configure_auth(settings::secrets(cfg));
+      hub.engine().configure_auth(settings::secrets(cfg));
     }
     try {
       pg::call([] { CHECK_FOR_INTERRUPTS(); });
@@ -318,7 +318,7 @@ int run() {
       hub.end_connections(); // expired credentials, disconnect()
       if (!listening)
         continue;
-      guarded([&] { replays_pending = hub.continue_replays(); });
+      guarded([&] { replays_pending = hub.engine().continue_paging(); });
       // Requests are read by MHD while it runs; a request read by the last
       // run() of a round is decided in the next round of this loop, not after
       // the next wake-up.
@@ -326,7 +326,7 @@ int run() {
         server.run();
         for (auto &[cid, reason] : server.take_closed()) {
           std::string streams, cursor, subscriber, state;
-          if (hub.describe(cid, &streams, &cursor, &subscriber, &state))
+          if (hub.engine().describe(cid, &streams, &cursor, &subscriber, &state))
             shmem::record_diagnostic(worker_index, cid, reason == "overflow" ? "evicted" : "closed",
                                      streams.c_str(),
                                      ("reason=" + reason + " cursor=" + cursor).c_str());
@@ -355,12 +355,12 @@ int run() {
       const int64 run_end_us = (int64)GetCurrentTimestamp();
       const int64 took_us = run_end_us - now_us;
       next_run_us = took_us > 1000 ? run_end_us + std::min<int64>(took_us, 20000) : 0;
-      replays_pending = hub.replays_pending();
-      hub.track_written();
+      replays_pending = hub.engine().paging_pending();
+      hub.engine().track_written();
       int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
       if (!standby && now_flush_ms - last_flush_ms >= settings::intervals(cfg).cursor_flush_ms) {
-        hub.flush_cursors();
-        hub.flush_history();
+        hub.engine().flush_cursors();
+        hub.engine().flush_history();
         last_flush_ms = now_flush_ms;
       }
       if (now_flush_ms - last_probe_ms >= (database_ok ? 5000 : 1000)) { // recovers fast
@@ -370,7 +370,7 @@ int run() {
       if (worker_index == 0 && !standby &&
           now_flush_ms - last_retention_ms >= settings::intervals(cfg).retention_ms) {
         last_retention_ms = now_flush_ms;
-        hub.apply_retention();
+        hub.engine().apply_retention();
         if (cfg.stats_enabled) // no history kept, none to prune
           hub.prune_history();
       }
@@ -412,12 +412,12 @@ int run() {
     pg::call([] { SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE); });
   } catch (const pg::Error &) {
   }
-  hub.track_written();
+  hub.engine().track_written();
   if (listening)
     server.shutdown(settings::intervals(cfg).shutdown_drain_ms);
   try {
     if (!in_recovery())
-      hub.flush_cursors(); // what reached the sockets before the stop
+      hub.engine().flush_cursors(); // what reached the sockets before the stop
   } catch (const pg::Error &e) {
     pg::warn(std::string("could not store subscriber cursors: ") + e.what());
   }
