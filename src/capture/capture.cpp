@@ -371,7 +371,7 @@ template <typename At> bool write_aborted(int64 n, At at) {
   const Size one = ring::record_size(0, 0, 0);
   for (int pass = 0; pass < 2; pass++) {
     Size need = 0;
-    shmem::RingAppend ring{};
+    shmem::RingAppend append{};
     ring::Header h;
     memset(&h, 0, sizeof(h));
     h.len = (uint32)one;
@@ -379,7 +379,7 @@ template <typename At> bool write_aborted(int64 n, At at) {
     h.dboid = MyDatabaseId;
     h.commit_us = (int64)GetCurrentTimestamp();
     if (pass == 1)
-      ring = shmem::ring_append_begin();
+      append = shmem::ring_append_begin();
     int64 stream = 0, lo = 0, hi = 0;
     bool open = false;
     auto flush = [&]() {
@@ -390,7 +390,7 @@ template <typename At> bool write_aborted(int64 n, At at) {
         h.stream_id = stream;
         h.msg_id = lo;
         h.exclude = (uint64)hi;
-        ring.put(h, nullptr);
+        append.put(h, nullptr);
       }
       open = false;
     };
@@ -411,7 +411,7 @@ template <typename At> bool write_aborted(int64 n, At at) {
     if (pass == 0 && (need == 0 || need > shmem::ring_capacity() / 8))
       return false;
     if (pass == 1)
-      shmem::ring_append_end(ring);
+      shmem::ring_append_end(append);
   }
   return true;
 }
@@ -471,7 +471,7 @@ void publish_commit() {
     memset(&h, 0, sizeof(h));
     h.dboid = MyDatabaseId;
     h.commit_us = (int64)GetCurrentTimestamp();
-    shmem::RingAppend ring = shmem::ring_append_begin();
+    shmem::RingAppend append = shmem::ring_append_begin();
     for (int64 i = 0; i < tx.nrows; i++) {
       const PendingRow *r = &tx.rows[i];
       // Ephemeral broadcasts are numbered in ring order, also when they do
@@ -480,9 +480,9 @@ void publish_commit() {
       if (!fits)
         continue;
       fill_header(&h, r);
-      ring.put(h, r->payload);
+      append.put(h, r->payload);
     }
-    shmem::ring_append_end(ring);
+    shmem::ring_append_end(append);
   }
   if (naborted > 0) // before the maxima, which cover these ids too
     write_aborted_savepoints();

@@ -163,7 +163,7 @@ bool apply_commit(const char *data, size_t len, bool to_ring) {
   if (!fits && to_ring)
     incomplete = true;
   if (h.ring_bytes > 0) {
-    shmem::RingAppend ring = shmem::ring_append_begin();
+    shmem::RingAppend append = shmem::ring_append_begin();
     for (size_t o = 0; o < h.ring_bytes;) {
       ring::Header rh;
       if (h.ring_bytes - o < sizeof(rh)) {
@@ -183,10 +183,10 @@ bool apply_commit(const char *data, size_t len, bool to_ring) {
         rh.ephemeral_seq = e ? shmem::next_ephemeral_seq(e) : 0;
       }
       if (fits)
-        ring.put(rh, recs + o + sizeof(rh));
+        append.put(rh, recs + o + sizeof(rh));
       o += rh.len;
     }
-    shmem::ring_append_end(ring);
+    shmem::ring_append_end(append);
   }
   for (uint32 i = 0; i < h.nstreams; i++) {
     if (entries[i] == nullptr)
