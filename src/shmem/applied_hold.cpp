@@ -1,5 +1,6 @@
 // The hold of a stream that logical replication writes: applied_hold.hpp.
 #include "shmem/applied_hold.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 namespace pgbs::shmem {

@@ -1,5 +1,6 @@
 // The awaited-stream set and the births counter (see awaited.hpp).
 #include "shmem/awaited.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here

@@ -1,5 +1,6 @@
 // The workers' processes and connection rows (shmem/conns.hpp).
 #include "shmem/conns.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 extern "C" {

@@ -1,5 +1,6 @@
 // The disconnect() mailbox (see disconnect.hpp).
 #include "shmem/disconnect.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 extern "C" {

@@ -1,5 +1,6 @@
 // The figures in shared memory (shmem/figures.hpp).
 #include "shmem/figures.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here

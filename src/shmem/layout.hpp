@@ -2,8 +2,12 @@
 // goes through the operations of shmem/*.hpp and the plain values they
 // return, so that which lock guards which field, and what may run under it,
 // is written in one folder (docs/ARCHITECTURE.md, "Shared memory, files and
-// stopping"). Include it from src/shmem/*.cpp only.
+// stopping"). Include it from src/shmem/*.cpp only, which say so first.
 #pragma once
+
+#ifndef PGBS_SHMEM_LAYOUT
+#error "shmem/layout.hpp is private to src/shmem: call the operations of shmem/*.hpp"
+#endif
 
 #include "shmem/conns.hpp"
 #include "shmem/figures.hpp"

@@ -1,5 +1,6 @@
 // The commit ring and the workers around it (shmem/ring.hpp).
 #include "shmem/ring.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 extern "C" {

@@ -1,5 +1,6 @@
 // Shared memory: its start, the stream-entry table and the operations on
 // entries (shmem/shared.hpp).
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here

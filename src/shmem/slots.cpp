@@ -1,5 +1,6 @@
 // The producers' in-flight slots (shmem/slots.hpp).
 #include "shmem/slots.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 #include "pg/compat.hpp"
 

@@ -1,4 +1,5 @@
 // The standby floor table (see standby.hpp).
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here
