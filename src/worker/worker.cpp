@@ -19,6 +19,7 @@
 #include "worker/hub.hpp"
 #include "worker/routes.hpp"
 #include "worker/standby.hpp"
+#include "worker/tasks.hpp"
 #include "worker/wal_reader.hpp"
 
 #include <csignal>
@@ -157,7 +158,357 @@ void publish_stats(const Hub &hub, const http::Server &server) {
   shmem::publish_worker_figures(worker_index, f);
 }
 
-bool database_ok = true; // the last round's reads worked (for /healthz)
+bool database_ok = true; // the last probe's answer (for /healthz)
+
+int64_t now_ms() { return (int64_t)(GetCurrentTimestamp() / 1000); }
+
+// Audience rules: define_audience() and drop_audience() move the catalog
+// version, whose commit wakes every worker: rules are read again at the next
+// wake-up. A failed read is retried at the next change, not at every wake-up.
+class AudienceRules {
+public:
+  auth::Audiences audiences{evaluate_audience_rule};
+  void refresh() {
+    const uint64 v = shmem::catalog_version();
+    if (v == version_)
+      return;
+    version_ = v;
+    if (load_audience_rules(&rules_))
+      audiences.set_rules(rules_);
+  }
+
+private:
+  std::map<std::string, std::string> rules_;
+  uint64 version_ = UINT64_MAX; // no version read yet
+};
+
+// Memory given back after connections go: once the number of connections
+// has fallen by a tenth from its peak (or to zero), free heap pages are
+// returned to the kernel, at most every 2 s (the task "heap trim"). Without
+// it the worker's RSS stays at its highest point for good after a burst of
+// connections.
+class HeapTrim {
+public:
+  void observe(size_t conns) { // after every I/O round
+    peak_ = std::max(peak_, conns);
+    owed_ = peak_ > 0 && (conns == 0 || conns < peak_ - peak_ / 10);
+  }
+  bool owed() const { return owed_; }
+  void trim(size_t conns) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    peak_ = conns;
+    owed_ = false;
+  }
+
+private:
+  size_t peak_ = 0;
+  bool owed_ = false;
+};
+
+// The worker's loop (docs/ARCHITECTURE.md, "The worker's loop"): it waits
+// for the earliest deadline, takes in what changed meanwhile, runs an I/O
+// round, then the periodic tasks that are due.
+class Loop {
+public:
+  Loop(const settings::Settings &cfg, http::Server &server, Hub &hub, AudienceRules &audiences,
+       bool listening);
+  // Runs until SIGTERM.
+  void serve();
+
+private:
+  void add_tasks();
+  void sweep_floors();
+  void store();
+  void retain();
+  void update_rows();
+  long next_wait_ms() const;
+  void wait_for_work();
+  void take_news();
+  void reload();
+  bool paced(int64 now_us);
+  void pace_after(int64 start_us);
+  void between_rounds();
+  void io_round(int64 start_us);
+  void record_closed();
+  bool decide_requests(int64 start_us);
+
+  const settings::Settings &cfg_;
+  http::Server &server_;
+  Hub &hub_;
+  AudienceRules &audiences_;
+  const bool listening_;
+  WaitEventSet *wes_ = nullptr;
+  // On a hot standby nothing is written (cursors, history, retention) until
+  // it is promoted; the worker goes on serving across the promotion.
+  bool standby_;
+  bool floors_held_;      // standby floors to sweep (worker 0)
+  long wal_poll_ms_ = -1; // when worker 0's WAL reader looks again
+  AcceptBudget accepts_;
+  bool replays_pending_ = false;
+  ConnRows conn_rows_;
+  int64 next_run_us_ = 0; // write pacing (paced())
+  long defer_ms_ = -1;    // the pause before the next round, -1: none
+  HeapTrim heap_;
+  Tasks wake_tasks_{now_ms}; // at every wake-up, before the I/O round (paced or not)
+  Tasks tasks_{now_ms};      // after each I/O round
+};
+
+Loop::Loop(const settings::Settings &cfg, http::Server &server, Hub &hub, AudienceRules &audiences,
+           bool listening)
+    : cfg_(cfg), server_(server), hub_(hub), audiences_(audiences), listening_(listening),
+      conn_rows_(worker_index) {
+  // Worker 0 reads the capture's messages back from replayed WAL; WAL
+  // written into pg_wal wakes it (worker/wal_reader.hpp).
+  const int wal_fd = worker_index == 0 ? wal_reader_fd() : -1;
+  const int fd = listening ? server.poll_fd() : -1;
+  pg::call([&] {
+    wes_ = pg::create_session_wait_event_set(4);
+    AddWaitEventToSet(wes_, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(wes_, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    if (listening)
+      AddWaitEventToSet(wes_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
+    if (wal_fd >= 0)
+      AddWaitEventToSet(wes_, WL_SOCKET_READABLE, wal_fd, nullptr, nullptr);
+  });
+  standby_ = in_recovery();
+  pg::log("worker " + std::to_string(worker_index) + " listening on port " +
+          std::to_string(cfg.port) + (standby_ ? " (hot standby: read-only)" : ""));
+  floors_held_ = standby_;
+  if (worker_index == 0)
+    wal_poll_ms_ = wal_reader_pump();
+  add_tasks();
+}
+
+// The periodic tasks, in the order they run. Intervals from
+// settings::intervals() are read at every look: a reload applies at once.
+void Loop::add_tasks() {
+  const auto every = [](int64_t ms) { return [ms] { return ms; }; };
+  const auto setting = [this](int64_t settings::Intervals::*ms) {
+    return [this, ms] { return settings::intervals(cfg_).*ms; };
+  };
+  const auto writing = [this] { return !standby_; };
+  // Worker 0, at every wake-up: floors of aborted transactions are swept
+  // while any are held, unless the WAL reader is still catching up.
+  if (worker_index == 0)
+    wake_tasks_.add("standby floor sweep", every(100), [this] { sweep_floors(); })
+        .when([] { return shmem::standby_reader_phase() != shmem::kReaderCatchingUp; })
+        .wakes([this] { return floors_held_; });
+  if (!listening_)
+    return; // no connections: nothing to store, probe, prune or publish
+  tasks_.add("cursor flush", setting(&settings::Intervals::cursor_flush_ms), [this] { store(); })
+      .when(writing);
+  // The first probe after one interval: at startup the extension may still
+  // be on its way. After a failure, every second: /healthz recovers fast.
+  const auto probe_ms = [] { return int64_t{database_ok ? 5000 : 1000}; };
+  tasks_.add("database probe", probe_ms, [this] { database_ok = hub_.probe(); })
+      .first_after_interval();
+  if (worker_index == 0)
+    tasks_.add("retention", setting(&settings::Intervals::retention_ms), [this] { retain(); })
+        .when(writing)
+        .wakes();
+  tasks_.add("worker figures", every(0), [this] { publish_stats(hub_, server_); });
+  // The rows of the connections that came, went or changed, at once (then
+  // presence watchers on every worker are told); every row refreshed every
+  // 500 ms a slice per turn (worker/conn_rows.hpp), so that connections()
+  // stays within a second of reality.
+  tasks_.add("connection rows", every(0), [this] { update_rows(); });
+  tasks_.add("connection rows pass", every(500), [this] { conn_rows_.start_pass(); })
+      .when([this] { return !conn_rows_.passing(); })
+      .wakes([this] { return server_.connection_count() > 0; });
+  tasks_.add("connection rows slice", every(0), [this] { conn_rows_.step(hub_, server_); })
+      .wakes([this] { return conn_rows_.passing(); });
+  tasks_.add("presence", every(0), [this] { hub_.presence_round(); });
+  tasks_.add("heap trim", every(2000), [this] { heap_.trim(server_.connection_count()); })
+      .when([this] { return heap_.owed(); })
+      .wakes();
+}
+
+void Loop::sweep_floors() {
+  guarded([&] { floors_held_ = sweep_standby_floors(); });
+}
+
+// Subscriber cursors and history rows (a failed store is kept for the next).
+void Loop::store() {
+  hub_.engine().flush_cursors();
+  hub_.engine().flush_history();
+}
+
+void Loop::retain() {
+  hub_.engine().apply_retention();
+  if (cfg_.stats_enabled) // no history kept, none to prune
+    hub_.prune_history();
+}
+
+void Loop::update_rows() {
+  if (conn_rows_.update(hub_, server_))
+    shmem::presence_changed(worker_index);
+}
+
+void Loop::serve() {
+  while (!got_sigterm) {
+    wait_for_work();
+    if (got_sigterm)
+      break;
+    take_news();
+    // A failed read (e.g. a queue table dropped under us) must not kill the
+    // worker.
+    guarded([&] {
+      pg::call([] { CHECK_FOR_INTERRUPTS(); });
+      server_.tick();
+      const int64 now_us = (int64)GetCurrentTimestamp();
+      if (paced(now_us))
+        return between_rounds();
+      io_round(now_us);
+      tasks_.run_due();
+    });
+  }
+}
+
+// How long the next wait may last (ms, -1: until woken).
+long Loop::next_wait_ms() const {
+  long timeout = defer_ms_; // paced: frames queued meanwhile wait for the next round
+  if (timeout < 0) {
+    timeout = earliest(listening_ ? server_.timeout_ms() : -1, tasks_.wait_ms());
+    // Commits come too fast to be woken for each: read on a timer (not
+    // while paced: the round after the pause reads them).
+    timeout = earliest(timeout, hub_.ring_poll_ms());
+  }
+  if (replays_pending_)
+    timeout = earliest(timeout, 5); // paged replays wait for their connection's queue to drain
+  // Streams left by their last connection here go dormant after their linger.
+  timeout = earliest(timeout, hub_.engine().release_check_ms());
+  timeout = earliest(timeout, wake_tasks_.wait_ms());
+  // Replay wakes nobody: its position is looked at on a timer while WAL arrives.
+  timeout = earliest(timeout, wal_poll_ms_);
+  if (listening_ && server_.has_pending()) // beyond accept_rate: the next one's turn
+    timeout = earliest(timeout, accepts_.wait_ms());
+  return timeout;
+}
+
+void Loop::wait_for_work() {
+  const long timeout = next_wait_ms();
+  WaitEvent events[4];
+  pg::call([&] {
+    (void)WaitEventSetWait(wes_, timeout, events, 4, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  });
+}
+
+// What changed while the worker waited: audience rules, a promotion, WAL
+// replayed (worker 0), a SIGHUP.
+void Loop::take_news() {
+  audiences_.refresh();
+  if (standby_ && !in_recovery()) {
+    standby_ = false;
+    pg::log("worker " + std::to_string(worker_index) + ": this node was promoted, now writing");
+    hub_.configure(); // history and retention as configured
+  }
+  if (worker_index == 0)
+    wal_poll_ms_ = wal_reader_pump();
+  wake_tasks_.run_due();
+  if (ConfigReloadPending)
+    reload();
+}
+
+void Loop::reload() {
+  ConfigReloadPending = false;
+  pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
+  settings::load();
+  server_.reconfigure(http_config());
+  hub_.configure();
+  hub_.engine().configure_auth(settings::secrets(cfg_));
+}
+
+// Write pacing: a write round costs about one send per connection with
+// something queued. When a round took over a millisecond, the next one
+// waits as long as it took (at most half the time writing), so under
+// load several events leave in one send; small fan-outs never wait.
+// Commits wait in the ring meanwhile, and the next round takes them
+// all at once: the engine then queues each stream's run of them as one
+// frame per connection (engine/batch.cpp).
+bool Loop::paced(int64 now_us) {
+  if (listening_ && now_us < next_run_us_) {
+    defer_ms_ = (long)((next_run_us_ - now_us + 999) / 1000);
+    return true;
+  }
+  defer_ms_ = -1;
+  return false;
+}
+
+void Loop::pace_after(int64 start_us) {
+  const int64 run_end_us = (int64)GetCurrentTimestamp();
+  const int64 took_us = run_end_us - start_us;
+  next_run_us_ = took_us > 1000 ? run_end_us + std::min<int64>(took_us, 20000) : 0;
+}
+
+// A paced turn: only the figures and a slice of connections()'s rows.
+void Loop::between_rounds() {
+  publish_stats(hub_, server_);
+  conn_rows_.step(hub_, server_);
+}
+
+// The I/O round: the ring read and dispatched, connections ended, paged
+// replays continued, then up to eight runs of libmicrohttpd, each followed by
+// the connections it closed and the requests it read.
+void Loop::io_round(int64 start_us) {
+  // A step that fails (one stream's table broken, say) must not keep the
+  // listener from running: each is caught on its own.
+  guarded([&] { hub_.cycle(); });
+  hub_.end_connections(); // expired credentials, disconnect()
+  if (!listening_)
+    return;
+  guarded([&] { replays_pending_ = hub_.engine().continue_paging(); });
+  // Requests are read by MHD while it runs; a request read by the last
+  // run() of a round is decided in the next round of this loop, not after
+  // the next wake-up.
+  for (int round = 0; round < 8; round++) {
+    server_.run();
+    record_closed();
+    if (!decide_requests(start_us))
+      break;
+  }
+  pace_after(start_us);
+  replays_pending_ = hub_.engine().paging_pending();
+  hub_.engine().track_written();
+  heap_.observe(server_.connection_count());
+}
+
+void Loop::record_closed() {
+  for (auto &[cid, reason] : server_.take_closed()) {
+    std::string streams, cursor, subscriber, state;
+    if (hub_.engine().describe(cid, &streams, &cursor, &subscriber, &state))
+      shmem::record_diagnostic(worker_index, cid, reason == "overflow" ? "evicted" : "closed",
+                               streams.c_str(), ("reason=" + reason + " cursor=" + cursor).c_str());
+    hub_.closed(cid);
+  }
+}
+
+// The requests the last run read, as many as accept_rate allows now; false
+// when there were none.
+bool Loop::decide_requests(int64 start_us) {
+  std::vector<http::Request> pending = server_.take_pending(accepts_.allowance(start_us));
+  accepts_.took(pending.size());
+  if (pending.empty())
+    return false;
+  // Producers wake this worker for a newly watched stream from now on;
+  // one more round drains what they committed before they could know.
+  pg::call([] { SetLatch(MyLatch); });
+  // Every stream is brought up to date (one full round) before the
+  // first subscription of the batch that opens; refusals need none.
+  hub_.new_batch();
+  for (const http::Request &r : pending) {
+    try {
+      hub_.subscribe(r);
+    } catch (const pg::Error &e) {
+      server_.retry_later(r.conn_id, std::string("stream unavailable: ") + e.what() + "\n");
+      shmem::record_diagnostic(worker_index, r.conn_id, "failed",
+                               r.streams.empty() ? "" : r.streams[0].c_str(), e.what());
+    }
+  }
+  return true;
+}
 
 // Runs the loop until SIGTERM or a fatal setup error; returns the exit code.
 int run() {
@@ -173,238 +524,15 @@ int run() {
   }
   Hub hub(server, MyDatabaseId, worker_index);
   hub.engine().configure_auth(settings::secrets(cfg));
-  auth::Audiences audiences(evaluate_audience_rule);
-  hub.engine().set_audiences(&audiences);
-  // define_audience() and drop_audience() move the catalog version, whose
-  // commit wakes every worker: rules are read again at the next wake-up.
-  // A failed read is retried at the next change, not at every wake-up.
-  std::map<std::string, std::string> rules;
-  uint64 audiences_version = UINT64_MAX; // no version read yet
-  auto refresh_audiences = [&] {
-    const uint64 v = shmem::catalog_version();
-    if (v == audiences_version)
-      return;
-    audiences_version = v;
-    if (load_audience_rules(&rules))
-      audiences.set_rules(rules);
-  };
+  AudienceRules audiences;
+  hub.engine().set_audiences(&audiences.audiences);
   hub.reload_catalog();
   if (listening)
     register_routes(server, hub, worker_index, &database_ok);
-
-  // Worker 0 reads the capture's messages back from replayed WAL; WAL
-  // written into pg_wal wakes it (worker/wal_reader.hpp).
   if (worker_index == 0)
     wal_reader_start();
-  const int wal_fd = worker_index == 0 ? wal_reader_fd() : -1;
-  WaitEventSet *wes = nullptr;
-  int fd = listening ? server.poll_fd() : -1;
-  pg::call([&] {
-    wes = pg::create_session_wait_event_set(4);
-    AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
-    AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
-    if (listening)
-      AddWaitEventToSet(wes, WL_SOCKET_READABLE, fd, nullptr, nullptr);
-    if (wal_fd >= 0)
-      AddWaitEventToSet(wes, WL_SOCKET_READABLE, wal_fd, nullptr, nullptr);
-  });
-  // On a hot standby nothing is written (cursors, history, retention) until
-  // it is promoted; the worker goes on serving across the promotion.
-  bool standby = in_recovery();
-  pg::log("worker " + std::to_string(worker_index) + " listening on port " +
-          std::to_string(cfg.port) + (standby ? " (hot standby: read-only)" : ""));
-  bool floors_held = standby; // standby floors to sweep (worker 0)
-  int64 last_sweep_ms = 0;
-  long wal_poll_ms = worker_index == 0 ? wal_reader_pump() : -1;
-  AcceptBudget accepts;
+  Loop(cfg, server, hub, audiences, listening).serve();
 
-  bool replays_pending = false;
-  int64 last_snapshot_ms = 0;
-  ConnRows conn_rows(worker_index);
-  int64 last_flush_ms = 0;
-  int64 last_retention_ms = 0;
-  // First probe after one interval: at startup the extension may still be on its way.
-  int64 last_probe_ms = (int64)(GetCurrentTimestamp() / 1000);
-  int64 next_run_us = 0; // write pacing (see below)
-  long defer_ms = -1;
-  // Memory given back after connections go: once the number of connections
-  // has fallen by a tenth from its peak (or to zero), free heap pages are
-  // returned to the kernel, at most every 2 s. Without it the worker's RSS
-  // stays at its highest point for good after a burst of connections.
-  size_t peak_conns = 0;
-  int64 last_trim_ms = 0;
-  bool trim_pending = false;
-  while (!got_sigterm) {
-    long timeout = listening ? server.timeout_ms() : -1;
-    if (trim_pending && (timeout < 0 || timeout > 2000))
-      timeout = 2000;
-    if (listening && server.connection_count() > 0 && (timeout < 0 || timeout > 500))
-      timeout = 500; // connections() stays within a second of reality
-    if (conn_rows.passing())
-      timeout = 0; // the rest of a refresh of connections(), a slice per turn
-    if (worker_index == 0 && (timeout < 0 || timeout > settings::intervals(cfg).retention_ms))
-      timeout = settings::intervals(cfg).retention_ms; // retention runs on a timer
-    if (defer_ms >= 0)
-      timeout = defer_ms; // paced: frames queued meanwhile wait for the next round
-                          // (server.timeout_ms() says 0 while any are queued)
-    if (replays_pending && (timeout < 0 || timeout > 5))
-      timeout = 5; // paged replays wait for their connection's queue to drain
-    if (const long release = hub.engine().release_check_ms();
-        release >= 0 && (timeout < 0 || timeout > release))
-      timeout = release; // streams left by their last connection here go dormant after their linger
-    if (floors_held && worker_index == 0 && (timeout < 0 || timeout > 100))
-      timeout = 100; // floors of aborted transactions are swept while any are held
-    if (wal_poll_ms >= 0 && (timeout < 0 || timeout > wal_poll_ms))
-      timeout = wal_poll_ms; // replay wakes nobody: its position is looked at on a timer
-                             // while WAL arrives
-    if (listening && server.has_pending())
-      if (const long wait = accepts.wait_ms(); wait >= 0 && (timeout < 0 || timeout > wait))
-        timeout = wait; // new connections beyond accept_rate: the next one's turn
-    if (const long poll = hub.ring_poll_ms();
-        poll >= 0 && defer_ms < 0 && (timeout < 0 || timeout > poll))
-      timeout = poll; // commits come too fast to be woken for each: read on a timer
-                      // (not while paced: the round after the pause reads them)
-    WaitEvent events[4];
-    pg::call([&] {
-      (void)WaitEventSetWait(wes, timeout, events, 4, PG_WAIT_EXTENSION);
-      ResetLatch(MyLatch);
-    });
-    if (got_sigterm)
-      break;
-    refresh_audiences();
-    if (standby && !in_recovery()) {
-      standby = false;
-      pg::log("worker " + std::to_string(worker_index) + ": this node was promoted, now writing");
-      hub.configure(); // history and retention as configured
-    }
-    if (worker_index == 0) {
-      wal_poll_ms = wal_reader_pump();
-      const int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (now_ms - last_sweep_ms >= 100 &&
-          shmem::standby_reader_phase() != shmem::kReaderCatchingUp) {
-        last_sweep_ms = now_ms;
-        guarded([&] { floors_held = sweep_standby_floors(); });
-      }
-    }
-    if (ConfigReloadPending) {
-      ConfigReloadPending = false;
-      pg::call([] { ProcessConfigFile(PGC_SIGHUP); });
-      settings::load();
-      server.reconfigure(http_config());
-      hub.configure();
-      hub.engine().configure_auth(settings::secrets(cfg));
-    }
-    try {
-      pg::call([] { CHECK_FOR_INTERRUPTS(); });
-      server.tick();
-      // Write pacing: a write round costs about one send per connection with
-      // something queued. When a round took over a millisecond, the next one
-      // waits as long as it took (at most half the time writing), so under
-      // load several events leave in one send; small fan-outs never wait.
-      // Commits wait in the ring meanwhile, and the next round takes them
-      // all at once: the engine then queues each stream's run of them as one
-      // frame per connection (engine/batch.cpp).
-      const int64 now_us = (int64)GetCurrentTimestamp();
-      if (listening && now_us < next_run_us) {
-        defer_ms = (long)((next_run_us - now_us + 999) / 1000);
-        publish_stats(hub, server);
-        conn_rows.step(hub, server);
-        continue;
-      }
-      defer_ms = -1;
-      // A step that fails (one stream's table broken, say) must not keep the
-      // listener from running: each is caught on its own.
-      guarded([&] { hub.cycle(); });
-      hub.end_connections(); // expired credentials, disconnect()
-      if (!listening)
-        continue;
-      guarded([&] { replays_pending = hub.engine().continue_paging(); });
-      // Requests are read by MHD while it runs; a request read by the last
-      // run() of a round is decided in the next round of this loop, not after
-      // the next wake-up.
-      for (int round = 0; round < 8; round++) {
-        server.run();
-        for (auto &[cid, reason] : server.take_closed()) {
-          std::string streams, cursor, subscriber, state;
-          if (hub.engine().describe(cid, &streams, &cursor, &subscriber, &state))
-            shmem::record_diagnostic(worker_index, cid, reason == "overflow" ? "evicted" : "closed",
-                                     streams.c_str(),
-                                     ("reason=" + reason + " cursor=" + cursor).c_str());
-          hub.closed(cid);
-        }
-        std::vector<http::Request> pending = server.take_pending(accepts.allowance(now_us));
-        accepts.took(pending.size());
-        if (pending.empty())
-          break;
-        // Producers wake this worker for a newly watched stream from now on;
-        // one more round drains what they committed before they could know.
-        pg::call([] { SetLatch(MyLatch); });
-        // Every stream is brought up to date (one full round) before the
-        // first subscription of the batch that opens; refusals need none.
-        hub.new_batch();
-        for (const http::Request &r : pending) {
-          try {
-            hub.subscribe(r);
-          } catch (const pg::Error &e) {
-            server.retry_later(r.conn_id, std::string("stream unavailable: ") + e.what() + "\n");
-            shmem::record_diagnostic(worker_index, r.conn_id, "failed",
-                                     r.streams.empty() ? "" : r.streams[0].c_str(), e.what());
-          }
-        }
-      }
-      const int64 run_end_us = (int64)GetCurrentTimestamp();
-      const int64 took_us = run_end_us - now_us;
-      next_run_us = took_us > 1000 ? run_end_us + std::min<int64>(took_us, 20000) : 0;
-      replays_pending = hub.engine().paging_pending();
-      hub.engine().track_written();
-      int64 now_flush_ms = (int64)(GetCurrentTimestamp() / 1000);
-      if (!standby && now_flush_ms - last_flush_ms >= settings::intervals(cfg).cursor_flush_ms) {
-        hub.engine().flush_cursors();
-        hub.engine().flush_history();
-        last_flush_ms = now_flush_ms;
-      }
-      if (now_flush_ms - last_probe_ms >= (database_ok ? 5000 : 1000)) { // recovers fast
-        last_probe_ms = now_flush_ms;
-        database_ok = hub.probe();
-      }
-      if (worker_index == 0 && !standby &&
-          now_flush_ms - last_retention_ms >= settings::intervals(cfg).retention_ms) {
-        last_retention_ms = now_flush_ms;
-        hub.engine().apply_retention();
-        if (cfg.stats_enabled) // no history kept, none to prune
-          hub.prune_history();
-      }
-      publish_stats(hub, server);
-      int64 now_ms = (int64)(GetCurrentTimestamp() / 1000);
-      // The rows of the connections that came, went or changed, at once (then
-      // presence watchers on every worker are told); every row refreshed every
-      // 500 ms a slice per turn (worker/conn_rows.hpp).
-      if (conn_rows.update(hub, server))
-        shmem::presence_changed(worker_index);
-      if (now_ms - last_snapshot_ms >= 500 && !conn_rows.passing()) {
-        last_snapshot_ms = now_ms;
-        conn_rows.start_pass();
-      }
-      conn_rows.step(hub, server);
-      hub.presence_round();
-      const size_t nconns = server.connection_count();
-      peak_conns = std::max(peak_conns, nconns);
-      trim_pending = peak_conns > 0 && (nconns == 0 || nconns < peak_conns - peak_conns / 10);
-      if (trim_pending && now_ms - last_trim_ms >= 2000) {
-#ifdef __GLIBC__
-        malloc_trim(0);
-#endif
-        last_trim_ms = now_ms;
-        peak_conns = nconns;
-        trim_pending = false;
-      }
-    } catch (const pg::Error &e) {
-      // A failed read (e.g. a queue table dropped under us) must not kill the
-      // worker. One cancelled by SIGTERM is no news.
-      if (!got_sigterm)
-        warn_repeated("worker error: " + std::string(e.what()));
-    }
-  }
   pg::log("worker " + std::to_string(worker_index) + " shutting down");
   // The last cursor flush is bounded: a lock wait gives up after a second
   // rather than holding up the stop.
