@@ -119,6 +119,16 @@ SELECT pgbus_stream.define_audience('x', NULL);
 SELECT pgbus_stream.drop_audience('admins');
 SELECT count(*) AS audiences FROM pgbus_stream.audiences;
 SELECT pgbus_stream.broadcast('eph', 'x', exclude => 'not-an-id');
+-- the wire format's rules as SQL checks them (_wire_valid, src/core/wire.hpp)
+SELECT pgbus_stream._wire_valid('event_name', 'turbo-stream') AS event_ok,
+       pgbus_stream._wire_valid('event_name', repeat('x', 65)) AS event_long,
+       pgbus_stream._wire_valid('connection_id', '00000000000000ff') AS id_ok,
+       pgbus_stream._wire_valid('connection_id', '0000000000000000') AS id_zero,
+       pgbus_stream._wire_valid('connection_id', '00000000000000FF') AS id_upper,
+       pgbus_stream._wire_valid('connection_id', NULL) AS id_null;
+SELECT pgbus_stream._wire_valid('stream_name', 'x');
+SELECT pgbus_stream._wire_valid(NULL, 'x');
+INSERT INTO pgbus_stream.audiences (label, rule) VALUES ('has space', '$.x');
 SELECT pgbus_stream.broadcast('eph', 'not to 1', exclude => '0000000000000001') > 0 AS ok;
 SELECT message->'exclude' AS exclude FROM pgbus_stream.q_pgbus_eph ORDER BY msg_id DESC LIMIT 1;
 SELECT pgbus_stream.sign_token(ARRAY['chat'], '1 hour');

@@ -10,6 +10,12 @@
 CREATE FUNCTION @extschema@._echo(t text) RETURNS text
   AS 'MODULE_PATHNAME', 'pgbus_stream_echo' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- _wire_valid says whether a text is a valid event name ('event_name', also
+-- audience labels) or connection id ('connection_id'): the rules of the wire
+-- format (src/core/wire.hpp), the same code the workers run.
+CREATE FUNCTION @extschema@._wire_valid(kind text, value text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'pgbus_stream_wire_valid' LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
 CREATE FUNCTION @extschema@._draw_id(stream_id bigint, queue regclass) RETURNS bigint
   AS 'MODULE_PATHNAME', 'pgbus_stream_draw_id' LANGUAGE C STRICT;
 
@@ -139,12 +145,12 @@ BEGIN
   IF data IS NULL THEN
     RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  IF event IS NOT NULL AND event !~ '^[!-~]{1,64}$' THEN
+  IF event IS NOT NULL AND NOT @extschema@._wire_valid('event_name', event) THEN
     RAISE EXCEPTION 'pgbus_stream: invalid event name %', quote_literal(event)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
   END IF;
-  IF exclude IS NOT NULL AND exclude !~ '^[0-9a-f]{16}$' THEN
+  IF exclude IS NOT NULL AND NOT @extschema@._wire_valid('connection_id', exclude) THEN
     RAISE EXCEPTION 'pgbus_stream: invalid connection id %', quote_literal(exclude)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Use the connectionId of a pgbus:connected event (16 hex digits).';
@@ -163,6 +169,27 @@ BEGIN
     USING id, jsonb_strip_nulls(jsonb_build_object('html', data, 'event', event, 'visible_to', visible_to,
                                                    'exclude', exclude));
   RETURN id;
+END $$;
+
+-- ---- One home for the wire format's rules (src/core/wire.hpp) ---------------
+-- Audience labels follow the event-name rule, checked by _wire_valid.
+ALTER TABLE @extschema@.audiences DROP CONSTRAINT audiences_label_check,
+  ADD CONSTRAINT audiences_label_check CHECK (@extschema@._wire_valid('event_name', label));
+
+CREATE OR REPLACE FUNCTION @extschema@.define_audience(label text, rule jsonpath) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT @extschema@._wire_valid('event_name', label) THEN
+    RAISE EXCEPTION 'pgbus_stream: invalid audience label %', quote_nullable(label)
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Labels are 1 to 64 printable ASCII characters without spaces.';
+  END IF;
+  IF rule IS NULL THEN
+    RAISE EXCEPTION 'pgbus_stream: audience rule must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  INSERT INTO @extschema@.audiences (label, rule) VALUES (define_audience.label, define_audience.rule)
+  ON CONFLICT ON CONSTRAINT audiences_pkey DO UPDATE SET rule = EXCLUDED.rule, updated_at = now();
+  PERFORM @extschema@._catalog_changed(NULL); -- the workers read the rules again at commit
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@._rows_sql(s @extschema@.streams) RETURNS text

@@ -82,6 +82,12 @@ REVOKE ALL ON FUNCTION @extschema@._catalog_changed(bigint, boolean) FROM PUBLIC
 CREATE FUNCTION @extschema@._echo(t text) RETURNS text
   AS 'MODULE_PATHNAME', 'pgbus_stream_echo' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- _wire_valid says whether a text is a valid event name ('event_name', also
+-- audience labels) or connection id ('connection_id'): the rules of the wire
+-- format (src/core/wire.hpp), the same code the workers run.
+CREATE FUNCTION @extschema@._wire_valid(kind text, value text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'pgbus_stream_wire_valid' LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
 -- _check_stream_name raises a clear error unless name can name a stream
 -- (it ends up in URLs and cursor tokens).
 CREATE FUNCTION @extschema@._check_stream_name(name text) RETURNS void
@@ -385,12 +391,12 @@ BEGIN
   IF data IS NULL THEN
     RAISE EXCEPTION 'pgbus_stream: broadcast data must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  IF event IS NOT NULL AND event !~ '^[!-~]{1,64}$' THEN
+  IF event IS NOT NULL AND NOT @extschema@._wire_valid('event_name', event) THEN
     RAISE EXCEPTION 'pgbus_stream: invalid event name %', quote_literal(event)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Event names are 1 to 64 printable ASCII characters without spaces or line breaks.';
   END IF;
-  IF exclude IS NOT NULL AND exclude !~ '^[0-9a-f]{16}$' THEN
+  IF exclude IS NOT NULL AND NOT @extschema@._wire_valid('connection_id', exclude) THEN
     RAISE EXCEPTION 'pgbus_stream: invalid connection id %', quote_literal(exclude)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Use the connectionId of a pgbus:connected event (16 hex digits).';
@@ -800,7 +806,7 @@ REVOKE ALL ON FUNCTION @extschema@.sign_token(text[], interval, text, jsonb) FRO
 -- context (the ctx claim of its JWT). The workers read the rules again when
 -- a definition commits.
 CREATE TABLE @extschema@.audiences (
-  label      text PRIMARY KEY CHECK (label ~ '^[!-~]{1,64}$'),
+  label      text PRIMARY KEY CHECK (@extschema@._wire_valid('event_name', label)),
   rule       jsonpath NOT NULL,
   updated_at timestamptz NOT NULL DEFAULT now()
 );
@@ -811,7 +817,7 @@ REVOKE ALL ON @extschema@.audiences FROM PUBLIC;
 CREATE FUNCTION @extschema@.define_audience(label text, rule jsonpath) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF label IS NULL OR label !~ '^[!-~]{1,64}$' THEN
+  IF NOT @extschema@._wire_valid('event_name', label) THEN
     RAISE EXCEPTION 'pgbus_stream: invalid audience label %', quote_nullable(label)
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Labels are 1 to 64 printable ASCII characters without spaces.';

@@ -9,7 +9,7 @@
 // objects, nothing that throws), so a PostgreSQL error here never skips a C++
 // destructor. Everything that can fail happens in the hooks and triggers; the
 // commit callback only copies into the ring, bumps atomics and sets latches.
-#include "core/auth.hpp" // first: it refuses postgres.h before it
+#include "core/wire.hpp" // first: it refuses postgres.h before it
 #include "capture/capture.hpp"
 #include "capture/wal.hpp"
 #include "settings/settings.hpp"
@@ -575,7 +575,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
                        (int)env.len[env.VisibleTo]};
   // An exclude that names no connection excludes none, as for a row read back.
   if (env.text[env.Exclude] == nullptr ||
-      !pgbs::auth::parse_connection_id(
+      !pgbs::wire::parse_connection_id(
           std::string_view(env.text[env.Exclude], env.len[env.Exclude]), exclude))
     *exclude = 0;
   Size total = (Size)lens[0] + lens[1] + lens[2];
@@ -858,7 +858,7 @@ PGBS_SQL_FUNCTION(pgbus_stream_publish) {
   uint64 exclude = 0;
   if (!PG_ARGISNULL(5)) {
     text *ex = PG_GETARG_TEXT_PP(5);
-    if (!pgbs::auth::parse_connection_id(std::string_view(VARDATA_ANY(ex), VARSIZE_ANY_EXHDR(ex)),
+    if (!pgbs::wire::parse_connection_id(std::string_view(VARDATA_ANY(ex), VARSIZE_ANY_EXHDR(ex)),
                                          &exclude))
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                       errmsg("pgbus_stream: invalid connection id to exclude")));

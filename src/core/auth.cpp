@@ -3,6 +3,7 @@
 
 #include "core/auth_json.hpp"
 #include "core/names.hpp"
+#include "core/text.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -387,21 +388,6 @@ std::string sign_jwt(const std::vector<std::string> &streams, int64_t iat, int64
   return signing_input + "." + base64_encode(hmac_sha256(secret, signing_input), true);
 }
 
-bool parse_connection_id(std::string_view text, uint64_t *id) noexcept {
-  if (text.size() != 16)
-    return false;
-  uint64_t v = 0;
-  for (char c : text) {
-    if (!is_lower_hex(c))
-      return false;
-    v = v << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  }
-  if (v == 0)
-    return false;
-  *id = v;
-  return true;
-}
-
 bool resolve_secret(std::string_view setting, std::string *secret, std::string *err) {
   secret->clear();
   constexpr std::string_view kFile = "file:";
@@ -434,31 +420,9 @@ bool resolve_secret(std::string_view setting, std::string *secret, std::string *
   return true;
 }
 
-bool pattern_matches(std::string_view p, std::string_view n) {
-  // Iterative glob: on a mismatch, the last '*' takes one more character.
-  size_t pi = 0, ni = 0, star = std::string_view::npos, mark = 0;
-  while (ni < n.size()) {
-    if (pi < p.size() && p[pi] == '*') {
-      star = pi++;
-      mark = ni;
-    } else if (pi < p.size() && p[pi] == n[ni]) {
-      pi++;
-      ni++;
-    } else if (star != std::string_view::npos) {
-      pi = star + 1;
-      ni = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (pi < p.size() && p[pi] == '*')
-    pi++;
-  return pi == p.size();
-}
-
 bool any_pattern_matches(const std::vector<std::string> &patterns, std::string_view name) {
   for (const std::string &p : patterns)
-    if (pattern_matches(p, name))
+    if (text::glob(p, name))
       return true;
   return false;
 }

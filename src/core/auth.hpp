@@ -85,10 +85,6 @@ std::string sign_jwt(const std::vector<std::string> &streams, int64_t iat, int64
                      const std::optional<std::string> &sub, std::string_view ctx_json,
                      std::string_view secret);
 
-// A connection id as pgbus:connected shows it and broadcast(exclude => ...)
-// takes it: 16 lowercase hex digits, not all zero.
-bool parse_connection_id(std::string_view text, uint64_t *id) noexcept;
-
 // ---- secrets -----------------------------------------------------------------
 
 // The secret a setting names: its value, or with "file:<path>" the contents
@@ -100,9 +96,8 @@ bool resolve_secret(std::string_view setting, std::string *secret, std::string *
 
 // ---- what a credential grants ----------------------------------------------
 
-// Glob match where '*' stands for any run of characters (also empty);
-// every other character matches itself.
-bool pattern_matches(std::string_view pattern, std::string_view name);
+// Whether a name matches one of the patterns a credential grants: "*"
+// stands for any run of characters (also none), case-sensitive (text::glob).
 bool any_pattern_matches(const std::vector<std::string> &patterns, std::string_view name);
 
 // Durable subscriber ids: 1..kMaxSubscriberIdBytes bytes of UTF-8, ASCII

@@ -1,5 +1,6 @@
 // The pgbus gem's stream names (see names.hpp).
 #include "core/names.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 
@@ -12,41 +13,10 @@ bool word_char(char c) {
 
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// Glob match with "*" only, case-insensitive; iterative with one backtrack
-// point, so linear in practice and never recursive.
-bool glob(std::string_view pat, std::string_view s) {
-  size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
-  while (i < s.size()) {
-    if (p < pat.size() && pat[p] == '*') {
-      star = p++;
-      mark = i;
-    } else if (p < pat.size() && lower(pat[p]) == lower(s[i])) {
-      p++;
-      i++;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      i = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pat.size() && pat[p] == '*')
-    p++;
-  return p == pat.size();
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ')
-    s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ')
-    s.remove_suffix(1);
-  return s;
-}
-
 template <typename F> void for_each_item(std::string_view patterns, F f) {
   while (true) {
     const size_t comma = patterns.find(',');
-    f(trim(patterns.substr(0, comma)));
+    f(text::trim(patterns.substr(0, comma), " "));
     if (comma == std::string_view::npos)
       return;
     patterns.remove_prefix(comma + 1);
@@ -116,9 +86,10 @@ bool auto_attach_matches(std::string_view patterns, std::string_view queue) {
     if (hit || item.empty())
       return;
     if (item.find('*') == std::string_view::npos)
-      hit = item.size() <= queue.size() && glob(item, queue.substr(0, item.size()));
+      hit = item.size() <= queue.size() &&
+            text::glob(item, queue.substr(0, item.size()), text::Case::Insensitive);
     else
-      hit = glob(item, queue);
+      hit = text::glob(item, queue, text::Case::Insensitive);
   });
   return hit;
 }

@@ -186,17 +186,6 @@ void append_retry(std::string &out, long ms) {
   out.append("\n\n");
 }
 
-bool valid_event_name(std::string_view name) {
-  if (name.empty() || name.size() > 64)
-    return false;
-  for (char ch : name) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c <= ' ' || c >= 0x7f) // controls, space, DEL and non-ASCII
-      return false;
-  }
-  return true;
-}
-
 std::string json_escape(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

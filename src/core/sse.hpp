@@ -13,7 +13,7 @@ namespace pgbs::sse {
 // empty data line, an empty payload yields one empty "data:" line), then the
 // blank line that ends the event. Every data line is "data: <line>\n", so an
 // empty line is "data: \n". NUL bytes in `data` are dropped. `id` and
-// `event` must already be valid (see valid_event_name); CR/LF in them are
+// `event` must already be valid (wire::valid_event_name); CR/LF in them are
 // dropped defensively so that a frame can never be split.
 void append_event(std::string &out, std::string_view id, std::string_view event,
                   std::string_view data);
@@ -38,10 +38,6 @@ void append_comment(std::string &out, std::string_view text);
 
 // Appends "retry: <ms>\n\n".
 void append_retry(std::string &out, long ms);
-
-// An event name is 1..64 bytes of printable ASCII without spaces
-// (letters, digits and !#$%&'*+-./:;<=>?@[]^_`{|}~ are all fine).
-bool valid_event_name(std::string_view name);
 
 // JSON string escaping (without the surrounding quotes): ", \, control
 // characters as \uXXXX / \n etc. Bytes >= 0x80 are copied as they are.

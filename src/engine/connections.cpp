@@ -3,13 +3,12 @@
 // "The engine".
 #include "core/names.hpp"
 #include "core/sse.hpp"
+#include "core/wire.hpp"
 #include "engine/engine.hpp"
 #include "engine/state.hpp"
 
 #include <algorithm>
-#include <cinttypes>
 #include <climits>
-#include <cstdio>
 
 namespace pgbs::engine {
 namespace {
@@ -21,16 +20,12 @@ long spread_retry_ms(uint64_t id) {
   return 1000 + static_cast<long>(x % 2001);
 }
 
-std::string hex_id(uint64_t id) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%016" PRIx64, id);
-  return buf;
-}
-
-std::string control_event(const std::string &event, const std::string &json) {
-  std::string out;
-  sse::append_event(out, "", event, json);
-  return out;
+// A gap notice among a connection's first bytes: before its first id line,
+// so without a cursor to resume from.
+std::string gap_at_start(const Stream &st, wire::GapReason reason) {
+  wire::Gap g(reason);
+  g.stream = st.info.name;
+  return wire::gap_frame(g);
 }
 
 // The position a cursor gives for one stream: by name, else by epoch (the
@@ -279,14 +274,10 @@ bool Engine::place(const Connection &c, Sub &sub, const cursor::Cursor *cur, int
     sub.pos = *p;
     if (sub.pos.epoch != 0 && sub.pos.epoch != st.info.id) {
       // The stream was dropped and re-created: its ids restarted.
-      *gaps +=
-          control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
-                                                  "\",\"reason\":\"stream-recreated\"}");
+      *gaps += gap_at_start(st, wire::GapReason::StreamRecreated);
       sub.pos = cursor::StreamPosition();
     } else if (missed_ephemeral(st, sub.pos)) {
-      *gaps +=
-          control_event("pgbus:gap-detected", "{\"stream\":\"" + sse::json_escape(st.info.name) +
-                                                  "\",\"reason\":\"ephemeral-expired\"}");
+      *gaps += gap_at_start(st, wire::GapReason::EphemeralExpired);
       sub.ephemeral_noticed = st.evicted_floor; // paging announces only later losses
       for (int64_t id : st.evicted)
         sub.ephemeral_noticed = std::max(sub.ephemeral_noticed, id);
@@ -361,7 +352,7 @@ std::string Engine::preamble(const Subscribe &req, const Connection &c, const st
       out += "\n";
   }
   if (req.connected)
-    sse::append_event(out, "", "pgbus:connected", "{\"connectionId\":\"" + hex_id(c.id) + "\"}");
+    out += wire::connected_frame(c.id);
   out += gaps;
   // The starting cursor as the stream's first id: a frame with an id and no
   // data dispatches nothing but sets an EventSource's last event id, so a

@@ -1,6 +1,6 @@
 // Engine: one row to one connection, paging (replays and lag) and
 // subscribing. docs/ARCHITECTURE.md, "Delivery: live, lag and replay".
-#include "core/sse.hpp"
+#include "core/wire.hpp"
 #include "engine/engine.hpp"
 #include "engine/state.hpp"
 
@@ -12,16 +12,6 @@ namespace {
 
 constexpr size_t kIdLine = 64; // an id line, for a first room check (deliver() checks exactly)
 constexpr int kPagesPerCall = 4;
-
-std::string control_event(const std::string &event, const std::string &json) {
-  std::string out;
-  sse::append_event(out, "", event, json);
-  return out;
-}
-
-std::string stream_field(const Stream &st) {
-  return "\"stream\":\"" + sse::json_escape(st.info.name) + "\"";
-}
 
 void backoff(Stream &st, int64_t now_us) {
   st.backoff_us = st.backoff_us == 0 ? 10000 : std::min<int64_t>(st.backoff_us * 2, 1000000);
@@ -118,12 +108,14 @@ bool Engine::push(Connection &c, OutFrame f, bool data) {
 
 // A gap notice for one subscription: what is gone, and the cursor this
 // connection has reached (reconnecting with it loses nothing more).
-void Engine::notice(Connection &c, size_t k, const std::string &fields) {
+void Engine::notice(Connection &c, size_t k, wire::Gap gap) {
   counters_.gaps++;
+  const std::string resume = conn_token(c);
+  gap.stream = c.subs[k].st->info.name;
+  gap.resume = wire::Gap::Resume::Cursor;
+  gap.cursor = resume;
   OutFrame f;
-  f.body = std::make_shared<const std::string>(control_event(
-      "pgbus:gap-detected", "{" + stream_field(*c.subs[k].st) + "," + fields + ",\"resume\":\"" +
-                                sse::json_escape(conn_token(c)) + "\"}"));
+  f.body = std::make_shared<const std::string>(wire::gap_frame(gap));
   push(c, std::move(f), false);
 }
 
@@ -242,7 +234,7 @@ bool Engine::page(Connection &c, size_t k) {
       if (!sub.pos.covers(r.msg_id)) {
         sub.pos.add(r.msg_id);
         batch_.failed++;
-        notice(c, k, "\"reason\":\"unreadable\",\"ids\":[" + std::to_string(r.msg_id) + "]");
+        notice(c, k, wire::Gap::ids_gone(wire::GapReason::Unreadable, {r.msg_id}));
       }
       continue;
     }
@@ -318,23 +310,27 @@ bool Engine::take_page(Connection &c, size_t k, std::vector<Stream::TailRow> *ou
       sub.pos.advance(st.info.retention_floor);
       sub.page_after = st.info.retention_floor;
       notice(c, k,
-             "\"reason\":\"retention\",\"oldest\":" +
-                 (rows.empty() ? std::string("null") : std::to_string(rows[0].msg_id)));
+             wire::Gap::retention(rows.empty() ? std::nullopt
+                                               : std::optional<int64_t>(rows[0].msg_id)));
     }
     // Committed ids the table no longer has in the span this page covers.
     const int64_t span_end =
         !full ? std::max(st.pos.highest(), st.pos.horizon) : rows.back().msg_id;
-    std::string gone;
+    // Named in one notice of at most about 2000 characters of ids.
+    std::vector<int64_t> gone;
+    size_t gone_chars = 0;
     for (auto it = st.unread.upper_bound(sub.page_after);
-         it != st.unread.end() && *it <= span_end && gone.size() < 2000; ++it) {
+         it != st.unread.end() && *it <= span_end && gone_chars < 2000; ++it) {
       bool found = false;
       for (const Row &r : rows)
         found |= r.msg_id == *it;
-      if (!found && !sub.pos.covers(*it))
-        gone += (gone.empty() ? "" : ",") + std::to_string(*it);
+      if (!found && !sub.pos.covers(*it)) {
+        gone_chars += (gone.empty() ? 0 : 1) + std::to_string(*it).size();
+        gone.push_back(*it);
+      }
     }
     if (!gone.empty())
-      notice(c, k, "\"reason\":\"deleted\",\"ids\":[" + gone + "]");
+      notice(c, k, wire::Gap::ids_gone(wire::GapReason::Deleted, std::move(gone)));
     // A row the ring has not brought yet (committed after rows still in the
     // ring, or lost with ring events and not yet passed by the horizon) is
     // not sent from the table: it waits, so that it never comes before a row
@@ -369,7 +365,7 @@ bool Engine::take_page(Connection &c, size_t k, std::vector<Stream::TailRow> *ou
     }
   if (expired) {
     sub.ephemeral_noticed = std::max(sub.ephemeral_noticed, noticed);
-    notice(c, k, "\"reason\":\"ephemeral-expired\"");
+    notice(c, k, wire::Gap(wire::GapReason::EphemeralExpired));
   }
   if (items.size() != durable)
     std::sort(items.begin(), items.end(),

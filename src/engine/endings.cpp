@@ -1,7 +1,7 @@
 // Engine: connections ended on purpose, because their credential expired or
 // because pgbus_stream.disconnect() named them. docs/ARCHITECTURE.md,
 // "Credentials that end".
-#include "core/sse.hpp"
+#include "core/wire.hpp"
 #include "engine/engine.hpp"
 #include "engine/state.hpp"
 
@@ -10,11 +10,8 @@ namespace pgbs::engine {
 // A pgbus:shutdown frame saying why (a control frame: never dropped, written
 // before the stream ends), then the end of the stream.
 void Engine::end_connection(Connection &c, const std::string &reason) {
-  std::string frame;
-  sse::append_event(frame, "", "pgbus:shutdown",
-                    "{\"reason\":\"" + sse::json_escape(reason) + "\"}");
   OutFrame f;
-  f.body = std::make_shared<const std::string>(std::move(frame));
+  f.body = std::make_shared<const std::string>(wire::shutdown_frame(reason));
   push(c, std::move(f), false);
   obs_.diagnostic(c.id, "closed", c.subs.empty() ? "" : c.subs[0].st->info.name,
                   "reason=" + reason);

@@ -200,7 +200,7 @@ std::shared_ptr<const std::string> Engine::encode_body(const Row &row) const {
   body->reserve(row.data.size() + 48);
   // An event name from a row written straight into the queue may be anything:
   // one the SSE framing cannot carry falls back to the default.
-  const bool named = row.event && !row.event->empty() && sse::valid_event_name(*row.event);
+  const bool named = row.event && !row.event->empty() && wire::valid_event_name(*row.event);
   sse::append_event(*body, "", named ? *row.event : cfg_.default_event, row.data);
   return body;
 }
@@ -348,7 +348,7 @@ size_t Engine::dispatch_slice(std::vector<ring::Event> &events, size_t begin) {
     }
     if (it->second.unreadable) {
       flush_batch();
-      deleted(st, e.msg_id, "unreadable");
+      deleted(st, e.msg_id, wire::GapReason::Unreadable);
       continue;
     }
     it->second.commit_us = e.commit_us;
@@ -581,7 +581,7 @@ void Engine::remember_unread(Stream &st, int64_t id) {
 // or archived away before the worker read it) or has it unreadable:
 // announced, never skipped silently. The tail never held it, so a replay
 // across it pages the table, whose pages name it (take_page).
-void Engine::deleted(Stream &st, int64_t id, const char *reason) {
+void Engine::deleted(Stream &st, int64_t id, wire::GapReason reason) {
   if (st.pos.covers(id))
     return;
   st.tail_drop(id);
@@ -589,8 +589,7 @@ void Engine::deleted(Stream &st, int64_t id, const char *reason) {
   for (Connection *c : std::vector<Connection *>(st.conns))
     for (size_t k = 0; k < c->subs.size(); ++k)
       if (c->subs[k].st == &st && !c->subs[k].position().covers(id))
-        notice(*c, k,
-               std::string("\"reason\":\"") + reason + "\",\"ids\":[" + std::to_string(id) + "]");
+        notice(*c, k, wire::Gap::ids_gone(reason, {id}));
   remember_unread(st, id); // for those that page past it later
   st.pos.add(id);
   st.token_stale = true;
@@ -609,7 +608,7 @@ void Engine::late(Stream &st, int64_t id) {
   for (Connection *c : std::vector<Connection *>(st.conns))
     for (size_t k = 0; k < c->subs.size(); ++k)
       if (c->subs[k].st == &st && c->subs[k].position().covers(id))
-        notice(*c, k, "\"reason\":\"late\",\"ids\":[" + std::to_string(id) + "]");
+        notice(*c, k, wire::Gap::ids_gone(wire::GapReason::Late, {id}));
   flush_stats(st, 0);
 }
 
@@ -624,7 +623,7 @@ void Engine::ephemeral_lost(Stream &st, uint64_t lost) {
   for (Connection *c : std::vector<Connection *>(st.conns))
     for (size_t k = 0; k < c->subs.size(); ++k)
       if (c->subs[k].st == &st)
-        notice(*c, k, "\"reason\":\"ephemeral-overrun\",\"lost\":" + std::to_string(lost));
+        notice(*c, k, wire::Gap::lost(lost));
 }
 
 // Ids a transaction inserted and rolled back (an Aborted ring record): they

@@ -10,6 +10,7 @@
 #include "core/auth_gate.hpp"
 #include "core/cursor.hpp"
 #include "core/no_postgres.hpp"
+#include "core/wire.hpp"
 #include "engine/interfaces.hpp"
 #include "shmem/ring_record.hpp"
 
@@ -269,7 +270,7 @@ private:
   void flush_batch();
   void unread(Stream &st, int64_t id);
   void remember_unread(Stream &st, int64_t id);
-  void deleted(Stream &st, int64_t id, const char *reason = "deleted");
+  void deleted(Stream &st, int64_t id, wire::GapReason reason = wire::GapReason::Deleted);
   void late(Stream &st, int64_t id);
   void aborted(Stream &st, int64_t lo, int64_t hi);
   void cover_aborted(const Stream &st, Sub &sub, int64_t after, int64_t upto);
@@ -286,7 +287,7 @@ private:
   bool take_page(Connection &c, size_t sub, std::vector<TailRow> *items, bool *last);
   Body paged_body(Stream &st, Row &row, bool one_line);
   bool push(Connection &c, OutFrame f, bool data);
-  void notice(Connection &c, size_t sub, const std::string &json_fields);
+  void notice(Connection &c, size_t sub, wire::Gap gap);
   bool room(const Connection &c, size_t bytes) const;
   bool lags(const Connection &c) const;
   std::string conn_token(const Connection &c) const;

@@ -1,40 +1,10 @@
 // Presence events (engine/presence.hpp).
 #include "engine/presence.hpp"
-#include "core/sse.hpp"
+#include "core/wire.hpp"
 
 #include <algorithm>
 
 namespace pgbs::engine {
-namespace {
-
-std::string sub_json(const std::optional<std::string> &sub) {
-  return sub ? "\"" + sse::json_escape(*sub) + "\"" : "null";
-}
-
-std::string frame(const std::string &json) {
-  std::string out;
-  sse::append_event(out, "", "pgbus:presence", json);
-  return out;
-}
-
-} // namespace
-
-std::string PresenceFeed::change_frame(const std::string &stream,
-                                       const std::optional<std::string> &sub, int64_t before,
-                                       int64_t after) {
-  return frame("{\"stream\":\"" + sse::json_escape(stream) + "\",\"action\":\"" +
-               (after > before ? "join" : "leave") + "\",\"sub\":" + sub_json(sub) +
-               ",\"count\":" + std::to_string(after) + "}");
-}
-
-std::string PresenceFeed::snapshot_frame(const std::string &stream, const PresenceCounts &counts) {
-  std::string members;
-  for (const auto &[sub, n] : counts)
-    members += (members.empty() ? "{\"sub\":" : ",{\"sub\":") + sub_json(sub) +
-               ",\"count\":" + std::to_string(n) + "}";
-  return frame("{\"stream\":\"" + sse::json_escape(stream) +
-               "\",\"action\":\"snapshot\",\"members\":[" + members + "]}");
-}
 
 void PresenceFeed::add(uint64_t conn_id,
                        const std::vector<std::pair<int64_t, std::string>> &streams) {
@@ -86,14 +56,15 @@ void PresenceFeed::update(const std::map<int64_t, PresenceCounts> &now, const Pu
     auto b = counts.begin();
     while (a != w.counts.end() || b != counts.end()) {
       if (b == counts.end() || (a != w.counts.end() && a->first < b->first)) {
-        changes.push_back(change_frame(w.name, a->first, a->second, 0));
+        changes.push_back(wire::presence_change_frame(w.name, a->first, false, 0));
         ++a;
       } else if (a == w.counts.end() || b->first < a->first) {
-        changes.push_back(change_frame(w.name, b->first, 0, b->second));
+        changes.push_back(wire::presence_change_frame(w.name, b->first, true, b->second));
         ++b;
       } else {
         if (a->second != b->second)
-          changes.push_back(change_frame(w.name, a->first, a->second, b->second));
+          changes.push_back(
+              wire::presence_change_frame(w.name, a->first, b->second > a->second, b->second));
         ++a;
         ++b;
       }
@@ -101,7 +72,7 @@ void PresenceFeed::update(const std::map<int64_t, PresenceCounts> &now, const Pu
     for (uint64_t conn_id : w.conns) {
       Conn &c = conns_[conn_id];
       if (c.owed.count(id)) {
-        if (push(conn_id, snapshot_frame(w.name, counts))) {
+        if (push(conn_id, wire::presence_snapshot_frame(w.name, counts))) {
           c.owed.erase(id);
           owed_--;
         }

@@ -6,6 +6,7 @@
 // the counts in (docs/ARCHITECTURE.md, "Presence").
 #pragma once
 #include "core/no_postgres.hpp"
+#include "core/wire.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -20,8 +21,8 @@
 namespace pgbs::engine {
 
 // Connections of one stream by identity (the credential's sub; nullopt:
-// anonymous), over every worker.
-using PresenceCounts = std::map<std::optional<std::string>, int64_t>;
+// anonymous), over every worker; the frames are wire::presence_*_frame.
+using PresenceCounts = wire::PresenceCounts;
 
 class PresenceFeed {
 public:
@@ -43,11 +44,6 @@ public:
   // connections, and snapshots to those owed one. A connection whose queue
   // refuses a change is owed a snapshot instead (nothing queues unbounded).
   void update(const std::map<int64_t, PresenceCounts> &now, const Push &push);
-
-  // The frames (JSON: stream, action, sub, count / members).
-  static std::string change_frame(const std::string &stream, const std::optional<std::string> &sub,
-                                  int64_t before, int64_t after);
-  static std::string snapshot_frame(const std::string &stream, const PresenceCounts &counts);
 
 private:
   struct Watched {

@@ -1,7 +1,7 @@
 // Text cells of a stream's rows query to a Row (see row_decode.hpp).
 #include "engine/row_decode.hpp"
 
-#include "core/auth.hpp"
+#include "core/wire.hpp"
 
 #include <cstdint>
 
@@ -46,7 +46,7 @@ template <typename Cell> bool decode(Cell *cells, int ncols, Row *out) {
     out->visible_to = *c;
   if (const auto *c = cell(4); c && *c && !parse_i64(**c, &out->enqueued_us))
     out->enqueued_us = 0;
-  if (const auto *c = cell(5); c && *c && !auth::parse_connection_id(**c, &out->exclude))
+  if (const auto *c = cell(5); c && *c && !wire::parse_connection_id(**c, &out->exclude))
     out->exclude = 0;
   return true;
 }

@@ -16,6 +16,7 @@
 
 #include "core/auth.hpp"
 #include "core/sse.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -55,7 +56,7 @@ std::string format_addr(const sockaddr *sa) {
 
 std::string header(MHD_Connection *mc, const char *name) {
   const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, name);
-  return v ? std::string(trim(v)) : std::string();
+  return v ? std::string(text::trim(v)) : std::string();
 }
 
 std::string retry_after(const Config &cfg) {
@@ -236,7 +237,7 @@ MHD_Result Server::Impl::first_call(Conn *c, MHD_Connection *mc, const char *met
     return answer(c, mc, 405, "method not allowed\n", kTextPlain, {{"Allow", "GET, OPTIONS"}});
   // A GET with a body is malformed (checked after the method, so POST gets 405).
   const char *clen = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
-  if ((clen && std::string(trim(clen)) != "0") ||
+  if ((clen && std::string(text::trim(clen)) != "0") ||
       MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Transfer-Encoding"))
     return answer(c, mc, 400, "request body not allowed\n", kTextPlain, {});
   if (is_handler) {

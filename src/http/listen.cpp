@@ -1,7 +1,7 @@
 // Listening sockets for the HTTP listener (see listen.hpp).
 #include "http/listen.hpp"
 
-#include "http/request.hpp"
+#include "core/text.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -60,7 +60,7 @@ bool expand(const std::string &addresses, std::vector<Addr> *out, std::string *e
   std::string_view rest = addresses;
   while (true) {
     const size_t comma = rest.find(',');
-    const std::string_view item = trim(rest.substr(0, comma));
+    const std::string_view item = text::trim(rest.substr(0, comma));
     std::vector<std::pair<std::string, bool>> literals; // text, optional
     if (item == "*") {
       literals = {{"0.0.0.0", false}, {"::", true}};

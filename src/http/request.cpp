@@ -7,6 +7,7 @@
 
 #include "core/auth.hpp"
 #include "core/cursor.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 
@@ -44,14 +45,14 @@ constexpr std::string_view kSignedPrefix = "/pgbus/streams/";
 // The first non-blank value of query parameter `key`, or nullptr.
 const std::string *first_value(const Target &t, std::string_view key) {
   for (const auto &kv : t.query)
-    if (kv.first == key && !trim(kv.second).empty())
+    if (kv.first == key && !text::trim(kv.second).empty())
       return &kv.second;
   return nullptr;
 }
 
 std::string first_value_or_empty(const Target &t, std::string_view key) {
   const std::string *v = first_value(t, key);
-  return v ? std::string(trim(*v)) : std::string();
+  return v ? std::string(text::trim(*v)) : std::string();
 }
 
 // Adds one stream name (deduplicated). Returns 0 or an HTTP status.
@@ -105,14 +106,6 @@ bool percent_decode(std::string_view in, bool form, std::string *out) {
     out->push_back(c);
   }
   return true;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
-    s.remove_suffix(1);
-  return s;
 }
 
 bool parse_target(std::string_view raw, Target *out, std::string *err) {
@@ -178,9 +171,9 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   }
   case Route::Streams:
     for (const auto &kv : t.query) {
-      if (kv.first != "stream" || trim(kv.second).empty())
+      if (kv.first != "stream" || text::trim(kv.second).empty())
         continue;
-      if (int st = add_stream(req, std::string(trim(kv.second)), max_streams, reason))
+      if (int st = add_stream(req, std::string(text::trim(kv.second)), max_streams, reason))
         return st;
     }
     if (req->streams.empty()) {
@@ -190,7 +183,8 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
     break;
   case Route::Signed: {
     std::string name;
-    if (!percent_decode(t.path.substr(kSignedPrefix.size()), false, &name) || trim(name).empty()) {
+    if (!percent_decode(t.path.substr(kSignedPrefix.size()), false, &name) ||
+        text::trim(name).empty()) {
       *reason = "bad signed stream name";
       return 400;
     }
@@ -209,7 +203,7 @@ int fill_sse_request(Route route, const Target &t, size_t max_streams, Request *
   if (since) {
     req->has_since = true;
     // The gem's routes take the value as it came: "?since=+10" is " 10" there, a 400.
-    req->since = req->gem_route ? *since : std::string(trim(*since));
+    req->since = req->gem_route ? *since : std::string(text::trim(*since));
   }
   if (req->gem_route) {
     for (const std::string *c : {req->has_last_event_id ? &req->last_event_id : nullptr,
@@ -244,12 +238,12 @@ bool cookie_value(std::string_view header, std::string_view name, std::string *v
     return false;
   while (!header.empty()) {
     const size_t semi = header.find(';');
-    const std::string_view item = trim(header.substr(0, semi));
+    const std::string_view item = text::trim(header.substr(0, semi));
     header = semi == std::string_view::npos ? std::string_view() : header.substr(semi + 1);
     const size_t eq = item.find('=');
-    if (eq == std::string_view::npos || trim(item.substr(0, eq)) != name)
+    if (eq == std::string_view::npos || text::trim(item.substr(0, eq)) != name)
       continue;
-    std::string_view v = trim(item.substr(eq + 1));
+    std::string_view v = text::trim(item.substr(eq + 1));
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"')
       v = v.substr(1, v.size() - 2);
     if (v.empty())
@@ -261,12 +255,12 @@ bool cookie_value(std::string_view header, std::string_view name, std::string *v
 }
 
 bool bearer_token(std::string_view authorization, std::string *token) {
-  std::string_view v = trim(authorization);
+  std::string_view v = text::trim(authorization);
   constexpr std::string_view kScheme = "bearer";
   if (v.size() <= kScheme.size() || !iequals(v.substr(0, kScheme.size()), kScheme) ||
       (v[kScheme.size()] != ' ' && v[kScheme.size()] != '\t'))
     return false;
-  v = trim(v.substr(kScheme.size()));
+  v = text::trim(v.substr(kScheme.size()));
   if (v.empty())
     return false;
   *token = std::string(v);
@@ -281,7 +275,7 @@ bool origin_in(std::string_view cors_origins, std::string_view origin, bool star
   std::string_view rest = cors_origins;
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
-    const std::string_view item = trim(rest.substr(0, comma));
+    const std::string_view item = text::trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     if ((star && item == "*") || item == origin)
       return true;

@@ -17,9 +17,6 @@ namespace pgbs::http {
 // decoded NUL byte (no NUL may reach a stream name, cursor or token).
 bool percent_decode(std::string_view in, bool form, std::string *out);
 
-// Removes leading and trailing spaces and tabs (header values, blank checks).
-std::string_view trim(std::string_view s);
-
 enum class Route {
   NotFound,
   Stream,  // GET /streams/{name}

@@ -13,6 +13,7 @@
 #include "server_impl.hpp"
 
 #include "core/sse.hpp"
+#include "core/wire.hpp"
 #include "http/listen.hpp"
 
 #include <algorithm>
@@ -147,10 +148,9 @@ void Server::Impl::shutdown(int drain_ms) {
     if (s != MHD_INVALID_SOCKET)
       ::close(s);
   }
-  std::string frame;
   // No id: line: the pgbus gem's "id: 0" reset the browser's Last-Event-ID,
   // and the reconnect replayed everything. The reason is the gem's.
-  sse::append_event(frame, "", "pgbus:shutdown", R"({"reason":"worker_restart"})");
+  const std::string frame = wire::shutdown_frame("worker_restart");
   for (auto &[id, c] : conns) {
     if (c->phase == Phase::Pending) {
       c->phase = Phase::Rejecting;
@@ -484,13 +484,10 @@ void Server::Impl::note_gap(Conn *c, uint64_t dropped) {
     c->gap_unreported += dropped;
     return;
   }
-  std::string frame;
-  const std::string resume =
-      c->gap_resume.empty() ? "null" : "\"" + sse::json_escape(c->gap_resume) + "\"";
+  std::string frame = wire::gap_frame(wire::Gap::overflow(
+      dropped,
+      c->gap_resume.empty() ? std::nullopt : std::optional<std::string_view>(c->gap_resume)));
   c->gap_resume_set = false;
-  sse::append_event(frame, "", "pgbus:gap-detected",
-                    "{\"reason\":\"overflow\",\"dropped\":" + std::to_string(dropped) +
-                        ",\"resume\":" + resume + "}");
   queue_control(c, std::move(frame));
   c->gap_queued = true;
 }

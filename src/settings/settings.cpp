@@ -4,6 +4,7 @@
 #include "core/auth.hpp"
 #include "core/auth_gate.hpp" // auth::Secrets
 #include "core/names.hpp"
+#include "core/wire.hpp"
 #include "pg/spi.hpp"
 #include "shmem/shared.hpp"
 
@@ -74,18 +75,13 @@ void define_enum(const char *name, E Settings::*field, const char *short_desc,
   g_copy_out.push_back([var, field](Settings &s) { s.*field = (E)*var; });
 }
 
-// An event name the SSE framing can carry: printable ASCII, no spaces (or empty).
+// An event name the SSE framing can carry (wire::valid_event_name), or
+// empty (no event line).
 bool check_event_name(char **newval, void **, GucSource) {
-  const char *v = *newval;
-  size_t n = v ? strlen(v) : 0;
-  if (n > 64)
-    return false;
-  for (size_t i = 0; i < n; i++)
-    if (v[i] <= ' ' || v[i] > '~') {
-      GUC_check_errdetail("Event names are printable ASCII characters without spaces.");
-      return false;
-    }
-  return true;
+  if (*newval == nullptr || **newval == '\0' || pgbs::wire::valid_event_name(*newval))
+    return true;
+  GUC_check_errdetail("%s", pgbs::wire::kEventNameRule);
+  return false;
 }
 
 bool check_auto_attach(char **newval, void **, GucSource) {

@@ -6,6 +6,7 @@
 // The arguments are checked with core/auth's rules before anything is
 // posted; the request travels through shared memory (shmem/disconnect.hpp).
 #include "core/auth.hpp" // before postgres.h
+#include "core/wire.hpp"
 #include "shmem/disconnect.hpp"
 
 #include <string>
@@ -36,7 +37,7 @@ PGBS_SQL_FUNCTION(pgbus_stream_disconnect) {
     // No PostgreSQL call in this scope: the strings are gone before any error.
     std::string reason;
     if (by_conn)
-      valid = pgbs::auth::parse_connection_id(arg, &conn_id);
+      valid = pgbs::wire::parse_connection_id(arg, &conn_id);
     else
       valid = pgbs::auth::valid_subscriber_id(arg, &reason);
     strlcpy(why, reason.c_str(), sizeof(why));

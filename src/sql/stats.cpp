@@ -1,6 +1,7 @@
 // SQL-callable readers of the figures the workers keep in shared memory.
 // Plain PostgreSQL C API only (no C++ objects), so errors cannot skip a
 // destructor.
+#include "core/wire.hpp"
 #include "shmem/awaited.hpp"
 #include "shmem/conns.hpp"
 #include "shmem/figures.hpp"
@@ -100,8 +101,8 @@ PGBS_SQL_FUNCTION(pgbus_stream_connections) {
       // are 0.2.0's names of written and overflow_dropped (one version).
       Datum values[14];
       bool nulls[14] = {false};
-      char idbuf[24];
-      snprintf(idbuf, sizeof(idbuf), "%016llx", (unsigned long long)c->conn_id);
+      char idbuf[pgbs::wire::kConnectionIdLen + 1];
+      pgbs::wire::format_connection_id(c->conn_id, idbuf);
       values[0] = CStringGetTextDatum(idbuf);
       values[1] = Int32GetDatum(w);
       values[2] = CStringGetTextDatum(c->streams);
@@ -147,8 +148,8 @@ PGBS_SQL_FUNCTION(pgbus_stream_diagnostics) {
     pgbs::shmem::DiagEntry *e = &copy[i];
     Datum values[7];
     bool nulls[7] = {false};
-    char idbuf[24];
-    snprintf(idbuf, sizeof(idbuf), "%016llx", (unsigned long long)e->conn_id);
+    char idbuf[pgbs::wire::kConnectionIdLen + 1];
+    pgbs::wire::format_connection_id(e->conn_id, idbuf);
     values[0] = unix_us_to_timestamptz(e->at_us);
     values[1] = Int32GetDatum(e->worker);
     values[2] = CStringGetTextDatum(idbuf);

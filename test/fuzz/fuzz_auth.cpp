@@ -4,6 +4,7 @@
 // value; a token signed here always verifies and any change to it does not.
 #include "core/auth.hpp"
 #include "core/auth_json.hpp"
+#include "core/text.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -45,7 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   // The input as a stream name and as a pattern.
   const size_t half = size / 2;
-  (void)pattern_matches(in.substr(0, half), in.substr(half));
+  const std::string_view pat = in.substr(0, half), subject = in.substr(half);
+  const bool exact = pgbs::text::glob(pat, subject);
+  check(!exact || pgbs::text::glob(pat, subject, pgbs::text::Case::Insensitive),
+        "a case-sensitive match is not a case-insensitive one");
   if (valid_subscriber_id(in, &why))
     check(size > 0 && size <= kMaxSubscriberIdBytes, "subscriber id bounds");
   if (!in.empty() && size <= 256) {

@@ -22,6 +22,7 @@
 //  - bearer_token and origin_allowed agree with reference implementations.
 #include "core/auth.hpp"
 #include "core/cursor.hpp"
+#include "core/text.hpp"
 #include "http/request.hpp"
 
 #include <cstdint>
@@ -168,11 +169,11 @@ void check_decode(std::string_view in) {
 }
 
 void check_trim(std::string_view s) {
-  const std::string_view t = trim(s);
+  const std::string_view t = pgbs::text::trim(s);
   check(t == ref_trim(s), "trim differs from the reference");
   check(t.empty() || (t.data() >= s.data() && t.data() + t.size() <= s.data() + s.size()),
         "trim result is not part of its input");
-  check(is_trimmed(t) && trim(t) == t, "trim is not idempotent");
+  check(is_trimmed(t) && pgbs::text::trim(t) == t, "trim is not idempotent");
 }
 
 void check_target(std::string_view raw, size_t max_streams, std::string_view authorization) {
@@ -258,7 +259,7 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
     for (const std::string &s : req.streams) {
       bool found = false;
       for (const auto &[k, v] : t.query)
-        found |= k == "stream" && trim(v) == s;
+        found |= k == "stream" && pgbs::text::trim(v) == s;
       check(found, "a stream that no ?stream= parameter named");
     }
   } else {
@@ -266,21 +267,22 @@ void check_target(std::string_view raw, size_t max_streams, std::string_view aut
     check(req.streams.empty(), "Signed route set streams");
     check(percent_decode(path.substr(15), false, &name) && name == req.creds.signed_name,
           "signed name is not the decoded path rest");
-    check(!trim(req.creds.signed_name).empty(), "blank signed name accepted");
+    check(!pgbs::text::trim(req.creds.signed_name).empty(), "blank signed name accepted");
   }
 
   // Cursor, replay, subscriber and token parameters.
   const std::string *since = nullptr;
   for (const char *key : {"since", "last_event_id"}) {
     for (const auto &[k, v] : t.query)
-      if (!since && k == key && !trim(v).empty())
+      if (!since && k == key && !pgbs::text::trim(v).empty())
         since = &v;
     if (since)
       break;
   }
   check(req.has_since == (since != nullptr), "has_since disagrees with the query");
   if (since)
-    check(req.since == trim(*since) && !req.since.empty(), "since is not the first non-blank parameter, trimmed");
+    check(req.since == pgbs::text::trim(*since) && !req.since.empty(),
+          "since is not the first non-blank parameter, trimmed");
   check(is_trimmed(req.replay) && is_trimmed(req.subscriber) && is_trimmed(req.creds.token),
         "a parameter is not trimmed");
   if (!token_before.empty())
@@ -336,6 +338,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check_target(target, max_streams, authorization);
   check_bearer(authorization);
   check_origin(cors, origin);
-  check_origin(cors, trim(origin));
+  check_origin(cors, pgbs::text::trim(origin));
   return 0;
 }

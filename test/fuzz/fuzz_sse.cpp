@@ -1,7 +1,10 @@
-// libFuzzer target for core/sse: whatever id, event and payload, one
-// append_event produces exactly one well-formed event that a conforming
-// EventSource parser reads back as the payload (line breaks normalised).
+// libFuzzer target for core/sse and core/wire: whatever id, event and
+// payload, one append_event produces exactly one well-formed event that a
+// conforming EventSource parser reads back as the payload (line breaks
+// normalised); a control frame naming any stream is one event of JSON data;
+// a connection id that parses prints back as itself.
 #include "core/sse.hpp"
+#include "core/wire.hpp"
 #include "sse_reference.hpp"
 
 #include <cstdint>
@@ -125,9 +128,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check(pc.events.empty() && pc.comments.size() == 1 && pc.blank_lines == 1,
         "comment is not one comment line");
 
-  if (pgbs::sse::valid_event_name(event))
+  if (pgbs::wire::valid_event_name(event))
     check(without_breaks(event) == event && event.find(' ') == std::string_view::npos,
           "valid_event_name accepted a separator");
+
+  pgbs::wire::Gap gap = pgbs::wire::Gap::retention(std::nullopt);
+  gap.stream = payload;
+  gap.resume = pgbs::wire::Gap::Resume::Cursor;
+  gap.cursor = id;
+  for (const std::string &frame :
+       {pgbs::wire::gap_frame(gap), pgbs::wire::gap_frame(pgbs::wire::Gap::overflow(size, id)),
+        pgbs::wire::shutdown_frame(payload), pgbs::wire::presence_change_frame(event, {}, true, 1)}) {
+    const pgbs::test::SseParse pf = pgbs::test::sse_parse(frame);
+    check(pf.events.size() == 1 && pf.events[0].type.compare(0, 6, "pgbus:") == 0 &&
+              pf.events[0].last_event_id.empty() &&
+              pf.events[0].data.find('\n') == std::string::npos,
+          "a control frame is not one pgbus: event with one line of data");
+  }
+
+  uint64_t conn = 0;
+  if (pgbs::wire::parse_connection_id(payload, &conn))
+    check(conn != 0 && pgbs::wire::connection_id(conn) == payload,
+          "a connection id does not print back as itself");
 
   std::string decoded;
   check(json_unescape(pgbs::sse::json_escape(payload), &decoded), "json_escape output invalid");

@@ -239,22 +239,11 @@ TEST(Jwt, Malformed) {
   EXPECT_EQ(why, "token: bad sub claim");
 }
 
-TEST(Patterns, Globs) {
-  EXPECT_TRUE(pattern_matches("chat", "chat"));
-  EXPECT_FALSE(pattern_matches("chat", "chats"));
-  EXPECT_TRUE(pattern_matches("chat:*", "chat:1"));
-  EXPECT_TRUE(pattern_matches("chat:*", "chat:"));
-  EXPECT_FALSE(pattern_matches("chat:*", "chat"));
-  EXPECT_TRUE(pattern_matches("*", "anything"));
-  EXPECT_TRUE(pattern_matches("a*b*c", "axxbyyc"));
-  EXPECT_FALSE(pattern_matches("a*b*c", "axxbyy"));
-  EXPECT_TRUE(pattern_matches("*_messages", "room_1_messages"));
-  EXPECT_FALSE(pattern_matches("", "a"));
-  EXPECT_FALSE(pattern_matches("ch?t", "chat")); // only '*' is special
+TEST(Patterns, AnyGrant) {
+  // The glob itself is text::glob (test_text.cpp): case-sensitive here.
   EXPECT_TRUE(any_pattern_matches({"x", "room*"}, "room9"));
+  EXPECT_FALSE(any_pattern_matches({"x", "room*"}, "Room9"));
   EXPECT_FALSE(any_pattern_matches({}, "room9"));
-  // Worst case stays linear-ish: no exponential backtracking.
-  EXPECT_FALSE(pattern_matches(std::string(100, '*') + "b", std::string(128, 'a')));
 }
 
 TEST(SubscriberIds, Validation) {
@@ -402,13 +391,4 @@ TEST(Audiences, CachedFailClosed) {
   for (size_t i = 0; i < Audiences::kMaxCachedPerLabel + 10; i++)
     a.visible("ctx" + std::to_string(i), "x");
   EXPECT_EQ(a.evaluations(), 6 + Audiences::kMaxCachedPerLabel + 10);
-}
-
-TEST(ConnectionIds, Parse) {
-  uint64_t id = 0;
-  ASSERT_TRUE(parse_connection_id("00000000000000ff", &id));
-  EXPECT_EQ(id, 255u);
-  EXPECT_FALSE(parse_connection_id("0000000000000000", &id));
-  EXPECT_FALSE(parse_connection_id("00000000000000FF", &id));
-  EXPECT_FALSE(parse_connection_id("ff", &id));
 }

@@ -11,7 +11,6 @@ using pgbs::sse::append_comment;
 using pgbs::sse::append_event;
 using pgbs::sse::append_retry;
 using pgbs::sse::json_escape;
-using pgbs::sse::valid_event_name;
 using namespace std::string_literals;
 
 namespace {
@@ -166,27 +165,6 @@ TEST(SseRetry, Values) {
   append_retry(out, -5); // browsers ignore a non-digit retry; send 0 instead
   EXPECT_EQ(out, "retry: 0\n\n");
   EXPECT_EQ(pgbs::test::sse_parse("retry: 2000\n\n").retry, 2000);
-}
-
-TEST(SseEventName, Valid) {
-  EXPECT_TRUE(valid_event_name("turbo-stream"));
-  EXPECT_TRUE(valid_event_name("pgbus:connected"));
-  EXPECT_TRUE(valid_event_name("a"));
-  EXPECT_TRUE(valid_event_name("!#$%&'*+-./:;<=>?@[]^_`{|}~"));
-  EXPECT_TRUE(valid_event_name(std::string(64, 'x')));
-}
-
-TEST(SseEventName, Invalid) {
-  EXPECT_FALSE(valid_event_name(""));
-  EXPECT_FALSE(valid_event_name(std::string(65, 'x')));
-  EXPECT_FALSE(valid_event_name("a b"));
-  EXPECT_FALSE(valid_event_name("a\nb"));
-  EXPECT_FALSE(valid_event_name("a\rb"));
-  EXPECT_FALSE(valid_event_name("a\tb"));
-  EXPECT_FALSE(valid_event_name("a\0b"s));
-  EXPECT_FALSE(valid_event_name("a\x7f"));
-  EXPECT_FALSE(valid_event_name("\xc3\xa9"));
-  EXPECT_FALSE(valid_event_name(" "));
 }
 
 TEST(SseJsonEscape, Escapes) {
