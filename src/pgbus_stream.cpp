@@ -16,6 +16,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
+#include "storage/lwlock.h"
 
 PG_MODULE_MAGIC;
 void _PG_init(void);

@@ -14,8 +14,9 @@
 #include "capture/wal.hpp"
 #include "settings/settings.hpp"
 #include "shmem/applied_hold.hpp"
-#include "shmem/ring_record.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/slots.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -89,7 +90,7 @@ constexpr int kMaxTxStreams = 256;
 constexpr Size kRowsBudget = 32 * 1024 * 1024;
 
 // Inline payloads of one transaction: what a quarter of the ring can carry.
-Size inline_budget() { return shmem::shared()->ring_capacity / 4; }
+Size inline_budget() { return shmem::ring_capacity() / 4; }
 
 struct TxState {
   TxStream streams[kMaxTxStreams];
@@ -123,8 +124,6 @@ int naborted = 0;
 // SELECT that INSERT ... RETURNING would.
 int64 last_captured_id = 0;
 
-shmem::BackendSlot *my_slot() { return &shmem::shared()->slots[pg::my_proc_number()]; }
-
 TxStream *find_tx_stream(int64 stream_id) {
   for (int i = 0; i < tx.nstreams; i++)
     if (tx.streams[i].stream_id == stream_id)
@@ -155,30 +154,15 @@ TxStream *register_stream(int64 stream_id, bool applied = false) {
              errdetail("Every one of the pgbus_stream.max_streams entries is held by an "
                        "open transaction or a worker."),
              errhint("Raise pgbus_stream.max_streams and restart the server.")));
-  shmem::BackendSlot *slot = my_slot();
-  slot->dboid = MyDatabaseId;
-  if (!tx.registered) // full barrier: the bit is visible before any entry
-    pg_atomic_fetch_or_u64(&shmem::shared()->active_slots[pg::my_proc_number() / 64],
-                           UINT64CONST(1) << (pg::my_proc_number() % 64));
-  int64 floor = (int64)pg_atomic_read_u64(&e->max_committed);
+  shmem::slot_open(MyDatabaseId, !tx.registered);
+  int64 floor = shmem::committed_max(e);
   const int64 now_us = applied ? (int64)GetCurrentTimestamp() : 0;
   if (applied) {
     const int64 hold = shmem::applied_hold(e, now_us);
     if (hold != shmem::kNoHold)
       floor = Min(floor, hold);
   }
-  if (tx.nstreams < shmem::kSlotStreams) {
-    int n = tx.nstreams;
-    slot->entries[n].stream_id = stream_id;
-    slot->entries[n].floor = floor;
-    pg_write_barrier();
-    pg_atomic_write_u32(&slot->count, (uint32)(n + 1));
-  } else {
-    // Out of slot entries: hold every horizon of this database until commit.
-    pg_write_barrier();
-    pg_atomic_write_u32(&slot->wildcard, 1);
-  }
-  pg_memory_barrier(); // the slot is visible before this statement draws any msg_id
+  shmem::slot_publish(tx.nstreams, stream_id, floor); // before this statement draws any msg_id
   ts = &tx.streams[tx.nstreams++];
   ts->stream_id = stream_id;
   ts->entry = e;
@@ -192,7 +176,7 @@ TxStream *register_stream(int64 stream_id, bool applied = false) {
   ts->late_floor = floor;
   if (applied) {
     const int64 hold = shmem::applied_hold(e, now_us);
-    const int64 max = (int64)pg_atomic_read_u64(&e->max_committed);
+    const int64 max = shmem::committed_max(e);
     ts->late_floor = hold == shmem::kNoHold ? max : Min(max, hold);
   }
   tx.registered = true;
@@ -268,14 +252,7 @@ void collect(TxStream *ts, int64 msg_id, char *payload = nullptr, uint32 data_le
 void clear_slot() {
   if (!tx.registered)
     return;
-  shmem::BackendSlot *slot = my_slot();
-  pg_atomic_fetch_add_u32(&slot->gen, 1); // readers that saw the old entries retry
-  pg_memory_barrier();
-  pg_atomic_write_u32(&slot->count, 0);
-  pg_atomic_write_u32(&slot->wildcard, 0);
-  pg_memory_barrier();
-  pg_atomic_fetch_and_u64(&shmem::shared()->active_slots[pg::my_proc_number() / 64],
-                          ~(UINT64CONST(1) << (pg::my_proc_number() % 64)));
+  shmem::slot_clear();
 }
 
 // Gives back the stream entries this transaction held (after its commit was
@@ -303,28 +280,19 @@ void reset_tx() {
 }
 
 // Wakes the workers that have a connection on a stream this transaction
-// wrote to that takes its rows live (StreamEntry::wake_workers), and any
+// wrote to that takes its rows live (shmem::wake_mask), and any
 // worker that has fallen a quarter of the ring behind (so
 // that it is never lapped for want of a wake-up); every worker when the
 // catalog changed or events had to bypass the ring. A worker without
 // subscribers is thus not woken on every commit, nor one that reads the ring
 // on its timer (worker_polling): it reads this commit within a millisecond.
 void wake_workers(bool all) {
-  shmem::Shared *s = shmem::shared();
   uint32 mask = 0;
   pg_memory_barrier(); // the ring write is visible before the masks are read
   if (!all)
     for (int i = 0; i < tx.nstreams; i++)
-      mask |= pg_atomic_read_u32(&tx.streams[i].entry->wake_workers);
-  const uint64 head = pg_atomic_read_u64(&s->ring_head);
-  for (int i = 0; i < shmem::kMaxWorkers; i++) {
-    Latch *l = s->worker_latch[i];
-    if (l == nullptr)
-      continue;
-    if (all || ((mask & (1u << i)) && pg_atomic_read_u32(&s->worker_polling[i]) == 0) ||
-        head - pg_atomic_read_u64(&s->worker_ring_pos[i]) > s->ring_capacity / 4)
-      SetLatch(l);
-  }
+      mask |= shmem::wake_mask(tx.streams[i].entry);
+  shmem::wake_workers(mask, all);
 }
 
 // The ring record of r, but for its ephemeral sequence number.
@@ -400,21 +368,18 @@ int compare_rows(const void *a, const void *b) {
 // ring: those ids stay holes until the horizon passes them. Nothing here may
 // fail or allocate. Returns whether anything was written.
 template <typename At> bool write_aborted(int64 n, At at) {
-  shmem::Shared *s = shmem::shared();
   const Size one = ring::record_size(0, 0, 0);
   for (int pass = 0; pass < 2; pass++) {
     Size need = 0;
-    uint64 head = 0;
+    shmem::RingAppend append{};
     ring::Header h;
     memset(&h, 0, sizeof(h));
     h.len = (uint32)one;
     h.kind = ring::Kind::Aborted;
     h.dboid = MyDatabaseId;
     h.commit_us = (int64)GetCurrentTimestamp();
-    if (pass == 1) {
-      LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
-      head = pg_atomic_read_u64(&s->ring_head);
-    }
+    if (pass == 1)
+      append = shmem::ring_append_begin();
     int64 stream = 0, lo = 0, hi = 0;
     bool open = false;
     auto flush = [&]() {
@@ -425,8 +390,7 @@ template <typename At> bool write_aborted(int64 n, At at) {
         h.stream_id = stream;
         h.msg_id = lo;
         h.exclude = (uint64)hi;
-        ring::write_record(s->ring, s->ring_capacity, head, h, nullptr);
-        head += one;
+        append.put(h, nullptr);
       }
       open = false;
     };
@@ -444,12 +408,10 @@ template <typename At> bool write_aborted(int64 n, At at) {
       open = true;
     }
     flush();
-    if (pass == 0 && (need == 0 || need > s->ring_capacity / 8))
+    if (pass == 0 && (need == 0 || need > shmem::ring_capacity() / 8))
       return false;
-    if (pass == 1) {
-      pg_atomic_write_u64(&s->ring_head, head);
-      LWLockRelease(s->ring_lock);
-    }
+    if (pass == 1)
+      shmem::ring_append_end(append);
   }
   return true;
 }
@@ -492,7 +454,6 @@ void publish_abort() {
 
 // Runs at XACT_EVENT_COMMIT: nothing here may fail.
 void publish_commit() {
-  shmem::Shared *s = shmem::shared();
   // Before the committed maxima move: no horizon passes these rows' ids
   // before the hold is in force.
   for (int i = 0; i < tx.nstreams; i++)
@@ -502,31 +463,26 @@ void publish_commit() {
   Size need = 0;
   for (int64 i = 0; i < tx.nrows; i++)
     need += record_size(&tx.rows[i]);
-  bool fits = need <= s->ring_capacity / 2;
-  if (tx.overflowed || !fits) {
-    pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
-    pg_atomic_fetch_add_u64(&s->ring_overflows, 1);
-  }
+  bool fits = need <= shmem::ring_capacity() / 2;
+  if (tx.overflowed || !fits)
+    shmem::ring_overflow();
   if (tx.nrows > 0) {
     ring::Header h;
     memset(&h, 0, sizeof(h));
     h.dboid = MyDatabaseId;
     h.commit_us = (int64)GetCurrentTimestamp();
-    LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
-    uint64 head = pg_atomic_read_u64(&s->ring_head);
+    shmem::RingAppend append = shmem::ring_append_begin();
     for (int64 i = 0; i < tx.nrows; i++) {
       const PendingRow *r = &tx.rows[i];
       // Ephemeral broadcasts are numbered in ring order, also when they do
       // not fit: the gap in the numbers tells the workers they were lost.
-      h.ephemeral_seq = r->ephemeral ? pg_atomic_add_fetch_u64(&r->entry->ephemeral_seq, 1) : 0;
+      h.ephemeral_seq = r->ephemeral ? shmem::next_ephemeral_seq(r->entry) : 0;
       if (!fits)
         continue;
       fill_header(&h, r);
-      ring::write_record(s->ring, s->ring_capacity, head, h, r->payload);
-      head += h.len;
+      append.put(h, r->payload);
     }
-    pg_atomic_write_u64(&s->ring_head, head);
-    LWLockRelease(s->ring_lock);
+    shmem::ring_append_end(append);
   }
   if (naborted > 0) // before the maxima, which cover these ids too
     write_aborted_savepoints();
@@ -534,11 +490,11 @@ void publish_commit() {
     TxStream *ts = &tx.streams[i];
     if (ts->max_id > 0)
       shmem::advance_max_committed(ts->entry, ts->max_id);
-    pg_atomic_fetch_add_u64(&ts->entry->events, (uint64)ts->count);
+    shmem::count_events(ts->entry, (uint64)ts->count);
   }
   clear_slot();
   if (tx.catalog_changed)
-    pg_atomic_fetch_add_u64(&s->catalog_version, 1);
+    shmem::catalog_changed();
   wake_workers(tx.catalog_changed || tx.overflowed || !fits);
   log_commit(fits);
 }
@@ -647,7 +603,7 @@ char *inline_payload(Datum message, uint32 *data_len, uint32 *event_len, uint32 
 // keeps room for watched streams.
 bool wants_payload(const TxStream *ts) {
   return pgbs::settings::inline_payload_max() > 0 && !tx.overflowed && !tx.inline_full &&
-         pg_atomic_read_u32(&ts->entry->subscriber_workers) != 0;
+         shmem::watched_by_workers(ts->entry);
 }
 
 // One captured row: its msg_id and the payload of `message`, which callers
@@ -837,18 +793,6 @@ PGBS_SQL_FUNCTION(pgbus_stream_capture) {
   return PointerGetDatum(NULL);
 }
 
-// pgbus_stream._catalog_changed(stream_id[, fresh]): called by the catalog
-// functions; tells the workers at commit. Shared memory takes an entry for
-// the stream only once it is written or watched.
-PGBS_SQL_FUNCTION(pgbus_stream_catalog_changed) {
-  if (!PG_ARGISNULL(0) && PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1)) {
-    pgbs::shmem::forget_stream(MyDatabaseId, PG_GETARG_INT64(0));
-    pgbs::wal::log_forget(PG_GETARG_INT64(0));
-  }
-  note_catalog_change();
-  PG_RETURN_VOID();
-}
-
 namespace {
 
 // An event without a table row: its id comes from the queue's sequence
@@ -863,7 +807,7 @@ int64 publish_inline(int64 stream_id, Oid seq, bool check_permissions, text *con
     lens[i] = parts[i] ? (uint32)VARSIZE_ANY_EXHDR(parts[i]) : 0;
     total += lens[i];
   }
-  Size limit = pgbs::shmem::shared()->ring_capacity / 4;
+  Size limit = pgbs::shmem::ring_capacity() / 4;
   if (tx.inline_bytes + total + sizeof(pgbs::ring::Header) > limit)
     ereport(
         ERROR,

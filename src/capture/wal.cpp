@@ -4,6 +4,7 @@
 // neither allocate nor raise an error.
 #include "capture/wal.hpp"
 #include "settings/settings.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 
@@ -141,7 +142,6 @@ bool apply_commit(const char *data, size_t len, bool to_ring) {
     return false;
   const char *srecs = data + sizeof(h);
   const char *recs = srecs + streams_len;
-  shmem::Shared *s = shmem::shared();
   shmem::StreamEntry *entries[kMaxApplyStreams];
   StreamRec sr[1];
   bool incomplete = (h.flags & kIncomplete) != 0;
@@ -153,18 +153,17 @@ bool apply_commit(const char *data, size_t len, bool to_ring) {
   }
   auto entry_of = [&](int64 stream_id) -> shmem::StreamEntry * {
     for (uint32 i = 0; i < h.nstreams; i++)
-      if (entries[i] && entries[i]->stream_id == stream_id)
+      if (entries[i] && shmem::stream_id_of(entries[i]) == stream_id)
         return entries[i];
     return nullptr;
   };
   // This node's ring may be smaller than the primary's: what does not fit in
   // half of it is left to the tables, as on the primary.
-  const bool fits = to_ring && h.ring_bytes <= s->ring_capacity / 2;
+  const bool fits = to_ring && h.ring_bytes <= shmem::ring_capacity() / 2;
   if (!fits && to_ring)
     incomplete = true;
   if (h.ring_bytes > 0) {
-    LWLockAcquire(s->ring_lock, LW_EXCLUSIVE);
-    uint64 head = pg_atomic_read_u64(&s->ring_head);
+    shmem::RingAppend append = shmem::ring_append_begin();
     for (size_t o = 0; o < h.ring_bytes;) {
       ring::Header rh;
       if (h.ring_bytes - o < sizeof(rh)) {
@@ -181,39 +180,31 @@ bool apply_commit(const char *data, size_t len, bool to_ring) {
       // Ephemeral events are numbered by this node's entries, in ring order.
       if (rh.kind == ring::Kind::Inline) {
         shmem::StreamEntry *e = entry_of(rh.stream_id);
-        rh.ephemeral_seq = e ? pg_atomic_add_fetch_u64(&e->ephemeral_seq, 1) : 0;
+        rh.ephemeral_seq = e ? shmem::next_ephemeral_seq(e) : 0;
       }
-      if (fits) {
-        ring::write_record(s->ring, s->ring_capacity, head, rh, recs + o + sizeof(rh));
-        head += rh.len;
-      }
+      if (fits)
+        append.put(rh, recs + o + sizeof(rh));
       o += rh.len;
     }
-    pg_atomic_write_u64(&s->ring_head, head);
-    LWLockRelease(s->ring_lock);
+    shmem::ring_append_end(append);
   }
   for (uint32 i = 0; i < h.nstreams; i++) {
     if (entries[i] == nullptr)
       continue;
     memcpy(sr, srecs + i * sizeof(StreamRec), sizeof(StreamRec));
     if (sr->lost_ephemeral > 0)
-      pg_atomic_fetch_add_u64(&entries[i]->ephemeral_seq, (uint64)sr->lost_ephemeral);
+      shmem::skip_ephemeral_seq(entries[i], (uint64)sr->lost_ephemeral);
     if (sr->max_id > 0)
       shmem::advance_max_committed(entries[i], sr->max_id);
-    pg_atomic_fetch_add_u64(&entries[i]->events, (uint64)sr->count);
+    shmem::count_events(entries[i], (uint64)sr->count);
   }
-  if (incomplete) {
-    pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
-    pg_atomic_fetch_add_u64(&s->ring_overflows, 1);
-  }
+  if (incomplete)
+    shmem::ring_overflow();
   if (TransactionIdIsValid(h.xid))
     shmem::standby_clear(h.xid);
   if (h.flags & kCatalogChanged)
-    pg_atomic_fetch_add_u64(&s->catalog_version, 1);
-  pg_memory_barrier();
-  for (int i = 0; i < shmem::kMaxWorkers; i++)
-    if (Latch *l = s->worker_latch[i])
-      SetLatch(l);
+    shmem::catalog_changed();
+  shmem::wake_all_workers();
   for (uint32 i = 0; i < h.nstreams; i++)
     shmem::release_stream(entries[i], shmem::kBackend);
   return true;

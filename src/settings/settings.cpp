@@ -8,6 +8,7 @@
 #include "pg/spi.hpp"
 #include "shmem/shared.hpp"
 
+#include <climits>
 #include <deque>
 #include <functional>
 #include <vector>

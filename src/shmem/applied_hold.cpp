@@ -1,6 +1,7 @@
 // The hold of a stream that logical replication writes: applied_hold.hpp.
 #include "shmem/applied_hold.hpp"
-#include "shmem/shared.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
+#include "shmem/layout.hpp"
 
 namespace pgbs::shmem {
 
@@ -39,6 +40,10 @@ void applied_hold_start(StreamEntry *e, int64 now_us, int64 window_us) {
     pg_atomic_write_u32(&e->hold_active, 1);
   }
   SpinLockRelease(&e->hold_lock); // a barrier: seen before the maximum moves
+}
+
+bool applied_hold_active(const StreamEntry *e) {
+  return pg_atomic_read_u32(const_cast<pg_atomic_uint32 *>(&e->hold_active)) != 0;
 }
 
 } // namespace pgbs::shmem

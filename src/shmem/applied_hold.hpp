@@ -24,6 +24,10 @@ constexpr int64 kNoHold = -1;
 // callback, never raises an error.
 int64 applied_hold(StreamEntry *e, int64 now_us);
 
+// Whether a hold may be in force (an atomic read): the caller skips the
+// clock and applied_hold() when not.
+bool applied_hold_active(const StreamEntry *e);
+
 // At the commit of rows applied into e, before its committed maximum moves:
 // starts a hold at that maximum when none is in force (window_us 0: none).
 void applied_hold_start(StreamEntry *e, int64 now_us, int64 window_us);

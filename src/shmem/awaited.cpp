@@ -1,6 +1,7 @@
 // The awaited-stream set and the births counter (see awaited.hpp).
 #include "shmem/awaited.hpp"
-#include "shmem/shared.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
+#include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here
 extern "C" {

@@ -1,6 +1,7 @@
 // The disconnect() mailbox (see disconnect.hpp).
 #include "shmem/disconnect.hpp"
-#include "shmem/shared.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
+#include "shmem/layout.hpp"
 
 extern "C" {
 #include "miscadmin.h"

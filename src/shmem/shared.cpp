@@ -1,5 +1,7 @@
-// Shared memory layout and the stream-entry table.
-#include "shmem/shared.hpp"
+// Shared memory: its start, the stream-entry table and the operations on
+// entries (shmem/shared.hpp).
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
+#include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here
 extern "C" {
@@ -360,107 +362,49 @@ void clear_subscriber_bits(int w) {
   }
 }
 
+int64 stream_id_of(const StreamEntry *e) { return e->stream_id; }
+
+int64 committed_max(const StreamEntry *e) {
+  return (int64)pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&e->max_committed));
+}
+
+void count_events(StreamEntry *e, uint64 n) { pg_atomic_fetch_add_u64(&e->events, n); }
+
+uint64 next_ephemeral_seq(StreamEntry *e) { return pg_atomic_add_fetch_u64(&e->ephemeral_seq, 1); }
+
+void skip_ephemeral_seq(StreamEntry *e, uint64 n) { pg_atomic_fetch_add_u64(&e->ephemeral_seq, n); }
+
+uint64 ephemeral_seq(const StreamEntry *e) {
+  return pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&e->ephemeral_seq));
+}
+
+bool ephemeral_forgotten() { return pg_atomic_read_u32(&g_shared->ephemeral_forgotten) != 0; }
+
+static void set_bit(pg_atomic_uint32 *mask, int w, bool on) {
+  if (on)
+    pg_atomic_fetch_or_u32(mask, 1u << w);
+  else
+    pg_atomic_fetch_and_u32(mask, ~(1u << w));
+}
+
+void set_subscriber_bit(StreamEntry *e, int w, bool on) { set_bit(&e->subscriber_workers, w, on); }
+
+void set_wake_bit(StreamEntry *e, int w, bool on) { set_bit(&e->wake_workers, w, on); }
+
+bool watched_by_workers(const StreamEntry *e) {
+  return pg_atomic_read_u32(const_cast<pg_atomic_uint32 *>(&e->subscriber_workers)) != 0;
+}
+
+uint32 wake_mask(const StreamEntry *e) {
+  return pg_atomic_read_u32(const_cast<pg_atomic_uint32 *>(&e->wake_workers));
+}
+
 void advance_max_committed(StreamEntry *e, int64 id) {
   uint64 cur = pg_atomic_read_u64(&e->max_committed);
   while ((int64)cur < id) {
     if (pg_atomic_compare_exchange_u64(&e->max_committed, &cur, (uint64)id))
       break;
   }
-}
-
-static void copy_field(char *dst, size_t cap, const char *src) {
-  size_t n = src ? strnlen(src, cap - 1) : 0;
-  if (n)
-    memcpy(dst, src, n);
-  dst[n] = '\0';
-}
-
-void presence_changed(int w) {
-  Shared *s = shared();
-  pg_atomic_fetch_add_u64(&s->presence_gen, 1); // full barrier: after the rows, before the latches
-  const uint32 watchers = pg_atomic_read_u32(&s->presence_workers);
-  for (int i = 0; i < kMaxWorkers; i++) {
-    Latch *l = s->worker_latch[i];
-    if (i != w && (watchers & (1u << i)) != 0 && l != nullptr)
-      SetLatch(l);
-  }
-}
-
-void record_diagnostic(int worker, uint64 conn_id, const char *event, const char *stream,
-                       const char *detail) {
-  Diagnostics *d = &g_shared->diagnostics;
-  if (d->capacity <= 0)
-    return;
-  DiagEntry e;
-  e.at_us = (int64)GetCurrentTimestamp() +
-            (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
-  e.worker = worker;
-  e.conn_id = conn_id;
-  copy_field(e.event, sizeof(e.event), event);
-  copy_field(e.stream, sizeof(e.stream), stream);
-  copy_field(e.detail, sizeof(e.detail), detail);
-  LWLockAcquire(d->lock, LW_EXCLUSIVE);
-  d->items[d->next % (uint64)d->capacity] = e;
-  d->next++;
-  LWLockRelease(d->lock);
-}
-
-void record_latency(LatencyWindows *w, int64 now_us, int64 latency_us) {
-  int64 win = now_us / 10000000;
-  int idx = (int)(win % kLatencyWindows);
-  int bucket = 0;
-  for (int64 v = Max(latency_us, (int64)1); v > 1 && bucket < kLatencyBuckets - 1; v >>= 1)
-    bucket++;
-  SpinLockAcquire(&w->mutex);
-  if (w->window_start[idx] != win) {
-    w->window_start[idx] = win;
-    memset(w->counts[idx], 0, sizeof(w->counts[idx]));
-  }
-  w->counts[idx][bucket]++;
-  w->total[bucket]++;
-  SpinLockRelease(&w->mutex);
-}
-
-void latency_buckets(LatencyWindows *w, int64 now_us, uint64 *out) {
-  int64 win = now_us / 10000000;
-  memset(out, 0, sizeof(uint64) * kLatencyBuckets);
-  SpinLockAcquire(&w->mutex);
-  for (int i = 0; i < kLatencyWindows; i++)
-    if (w->window_start[i] > win - kLatencyWindows)
-      for (int b = 0; b < kLatencyBuckets; b++)
-        out[b] += w->counts[i][b];
-  SpinLockRelease(&w->mutex);
-}
-
-void latency_totals(LatencyWindows *w, uint64 *out) {
-  SpinLockAcquire(&w->mutex);
-  memcpy(out, w->total, sizeof(uint64) * kLatencyBuckets);
-  SpinLockRelease(&w->mutex);
-}
-
-bool latency_percentiles(LatencyWindows *w, int64 now_us, double *p50_ms, double *p99_ms) {
-  uint64 sum[kLatencyBuckets];
-  uint64 total = 0;
-  latency_buckets(w, now_us, sum);
-  for (int b = 0; b < kLatencyBuckets; b++)
-    total += sum[b];
-  if (total == 0)
-    return false;
-  // A bucket b holds [2^b, 2^(b+1)) us; report its upper bound.
-  auto at = [&](double q) {
-    uint64 want = (uint64)(q * (double)total + 0.5), seen = 0;
-    if (want == 0)
-      want = 1;
-    for (int b = 0; b < kLatencyBuckets; b++) {
-      seen += sum[b];
-      if (seen >= want)
-        return (double)(1ULL << (b + 1)) / 1000.0;
-    }
-    return (double)(1ULL << kLatencyBuckets) / 1000.0;
-  };
-  *p50_ms = at(0.50);
-  *p99_ms = at(0.99);
-  return true;
 }
 
 bool take_connection_place(int w, uint32 max) {

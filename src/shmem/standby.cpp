@@ -1,5 +1,6 @@
 // The standby floor table (see standby.hpp).
-#include "shmem/standby.hpp"
+#define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
+#include "shmem/layout.hpp"
 
 // clang-format off: miscadmin.h must come first here
 extern "C" {
@@ -47,6 +48,26 @@ void standby_startup() {
 }
 
 StandbyFloors *standby_floors() { return g_floors; }
+
+ReaderPhase standby_reader_phase() { return (ReaderPhase)pg_atomic_read_u32(&g_floors->reader); }
+
+void set_standby_reader_phase(ReaderPhase phase) { pg_atomic_write_u32(&g_floors->reader, phase); }
+
+uint64 standby_read_lsn() { return pg_atomic_read_u64(&g_floors->read_lsn); }
+
+void set_standby_read_lsn(uint64 lsn) { pg_atomic_write_u64(&g_floors->read_lsn, lsn); }
+
+bool standby_floors_held() {
+  return pg_atomic_read_u32(&g_floors->used) != 0 || TransactionIdIsValid(g_floors->overflow_xid);
+}
+
+StandbyFigures standby_figures() {
+  StandbyFigures f;
+  f.used = (int32)pg_atomic_read_u32(&g_floors->used);
+  f.overflows = pg_atomic_read_u64(&g_floors->overflows);
+  f.swept = pg_atomic_read_u64(&g_floors->swept);
+  return f;
+}
 
 // Entries in use are items[0, used): a lookup visits only transactions in
 // flight, not the whole table. Under the lock.

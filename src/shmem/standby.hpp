@@ -8,43 +8,11 @@
 
 extern "C" {
 #include "postgres.h"
-#include "port/atomics.h"
-#include "storage/lwlock.h"
 }
 
 #include <vector>
 
 namespace pgbs::shmem {
-
-struct StandbyFloor {
-  TransactionId xid; // InvalidTransactionId: free
-  Oid dboid;
-  uint32 count;
-  bool wildcard;           // more streams than entries: holds every horizon of dboid
-  int64 committed_seen_us; // when a sweep first found it committed without its ring records
-  SlotEntry entries[kSlotStreams];
-};
-
-// Bounded by twice the in-flight slots: a hot standby runs with at least the
-// primary's max_connections, so only floors of transactions that ended
-// without a commit record and were not yet swept can fill the rest. A floor
-// that does not fit holds every horizon until every transaction up to its
-// xid has ended (never a silent skip).
-struct StandbyFloors {
-  LWLock *lock;
-  int capacity;
-  pg_atomic_uint32 used;      // items[0, used) are in use (readers skip the lock at 0)
-  TransactionId overflow_xid; // highest xid whose floor did not fit (Invalid: none)
-  pg_atomic_uint64 overflows; // floors that did not fit (replication())
-  pg_atomic_uint64 swept;     // floors removed by the sweep (replication())
-  // The WAL reader (worker 0, worker/wal_reader.hpp): where it stands, and
-  // its phase. Every horizon is held while it catches up at start (floors
-  // not read yet) and, once the node is promoted, until it has read the
-  // last replayed message (commits not applied yet).
-  pg_atomic_uint64 read_lsn; // end of the last record read (0: none yet)
-  pg_atomic_uint32 reader;   // ReaderPhase
-  StandbyFloor items[FLEXIBLE_ARRAY_MEMBER];
-};
 
 enum ReaderPhase : uint32 {
   kReaderCatchingUp = 0, // from shared memory's start until it reaches the replay position
@@ -55,7 +23,25 @@ enum ReaderPhase : uint32 {
 Size standby_size();
 void standby_request();
 void standby_startup();
-StandbyFloors *standby_floors();
+
+// The WAL reader (worker 0, worker/wal_reader.hpp): its phase, and the end
+// of the last record it read (0: none yet). Every horizon is held while it
+// catches up at start (floors not read yet) and, once the node is
+// promoted, until it has read the last replayed message. Atomics only.
+ReaderPhase standby_reader_phase();
+void set_standby_reader_phase(ReaderPhase phase);
+uint64 standby_read_lsn();
+void set_standby_read_lsn(uint64 lsn);
+
+// Whether any floor is held (or one did not fit): the sweep has work.
+bool standby_floors_held();
+
+// replication(): floors in use, floors that did not fit, floors swept.
+struct StandbyFigures {
+  int32 used = 0;
+  uint64 overflows = 0, swept = 0;
+};
+StandbyFigures standby_figures();
 
 // Redo (startup process): nothing here can fail.
 void standby_add_floor(TransactionId xid, Oid dboid, int64 stream_id, int64 floor);

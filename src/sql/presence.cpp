@@ -3,7 +3,7 @@
 // PostgreSQL C API only (no C++ objects), so errors cannot skip a destructor.
 #include "capture/capture.hpp"
 #include "pg/echo.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/conns.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -34,6 +34,26 @@ int member_cmp(const void *a, const void *b) {
   if (x->has_identity != y->has_identity)
     return x->has_identity ? 1 : -1; // anonymous first
   return x->has_identity ? strcmp(x->identity, y->identity) : 0;
+}
+
+// The connections of one stream, copied from the rows under their lock
+// (nothing here allocates or errors).
+struct Members {
+  Member *items;
+  int n, cap;
+  int64 stream_id;
+};
+
+bool take_member(const pgbs::shmem::ConnSnapshot &c, void *arg) {
+  Members *m = (Members *)arg;
+  if (m->n >= m->cap)
+    return false;
+  if (!pgbs::shmem::conn_on_stream(c, m->stream_id))
+    return true;
+  m->items[m->n].has_identity = c.has_identity;
+  memcpy(m->items[m->n].identity, c.identity, sizeof(m->items[m->n].identity));
+  m->n++;
+  return true;
 }
 
 // Private streams: as connections() and stats(), for superusers, members of
@@ -68,33 +88,19 @@ PGBS_SQL_FUNCTION(pgbus_stream_presence) {
     ereport(
         ERROR,
         (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-         errmsg("pgbus_stream: permission denied for the presence of private stream \"%s\"",
-                shown),
+         errmsg("pgbus_stream: permission denied for the presence of private stream \"%s\"", shown),
          errhint("Superusers, members of pgbus_stream_monitor and the extension's owner may "
                  "list who is connected to a private stream.")));
   ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
   InitMaterializedSRF(fcinfo, 0);
-  pgbs::shmem::Shared *s = pgbs::shmem::shared();
   int total = 0;
   for (int w = 0; w < pgbs::shmem::kMaxWorkers; w++)
-    total += s->worker_conns[w].capacity;
-  Member *members = (Member *)palloc(sizeof(Member) * (total + 1));
-  int n = 0;
-  for (int w = 0; w < pgbs::shmem::kMaxWorkers; w++) {
-    pgbs::shmem::WorkerConns *wc = &s->worker_conns[w];
-    if (wc->capacity == 0)
-      continue;
-    LWLockAcquire(wc->lock, LW_SHARED);
-    for (int i = 0; i < wc->count && n < total; i++) {
-      const pgbs::shmem::ConnSnapshot &c = wc->items[i];
-      if (!pgbs::shmem::conn_on_stream(c, stream_id))
-        continue;
-      members[n].has_identity = c.has_identity;
-      memcpy(members[n].identity, c.identity, sizeof(members[n].identity));
-      n++;
-    }
-    LWLockRelease(wc->lock);
-  }
+    total += pgbs::shmem::conn_rows_capacity(w);
+  Members m{(Member *)palloc(sizeof(Member) * (total + 1)), 0, total, stream_id};
+  for (int w = 0; w < pgbs::shmem::kMaxWorkers; w++)
+    pgbs::shmem::visit_conn_rows(w, take_member, &m);
+  Member *members = m.items;
+  const int n = m.n;
   qsort(members, n, sizeof(Member), member_cmp);
   for (int i = 0; i < n;) {
     int j = i + 1;

@@ -39,9 +39,9 @@ PGBS_SQL_FUNCTION(pgbus_stream_replication) {
   } else {
     nulls[1] = nulls[2] = nulls[3] = nulls[4] = true;
   }
-  pgbs::shmem::StandbyFloors *f = pgbs::shmem::standby_floors();
-  values[5] = Int32GetDatum((int32)pg_atomic_read_u32(&f->used));
-  values[6] = Int64GetDatum((int64)pg_atomic_read_u64(&f->overflows));
-  values[7] = Int64GetDatum((int64)pg_atomic_read_u64(&f->swept));
+  const pgbs::shmem::StandbyFigures f = pgbs::shmem::standby_figures();
+  values[5] = Int32GetDatum(f.used);
+  values[6] = Int64GetDatum((int64)f.overflows);
+  values[7] = Int64GetDatum((int64)f.swept);
   PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }

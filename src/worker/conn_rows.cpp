@@ -32,8 +32,7 @@ uint64 presence_digest(const shmem::ConnSnapshot &r) {
 } // namespace
 
 ConnRows::ConnRows(int worker_index)
-    : worker_(worker_index),
-      capacity_(std::max(shmem::shared()->worker_conns[worker_index].capacity, 0)),
+    : worker_(worker_index), capacity_(std::max(shmem::conn_rows_capacity(worker_index), 0)),
       id_at_((size_t)capacity_), digest_at_((size_t)capacity_) {
   index_.reserve((size_t)capacity_);
   staged_.reserve((size_t)kSlice);
@@ -41,7 +40,7 @@ ConnRows::ConnRows(int worker_index)
 
 bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo &ci,
                     shmem::ConnSnapshot *r) {
-  if (!hub.describe(conn_id, &streams_, &cursor_, &subscriber_, &state_))
+  if (!hub.engine().describe(conn_id, &streams_, &cursor_, &subscriber_, &state_))
     return false; // not yet decided
   memset(r, 0, sizeof(*r));
   r->conn_id = conn_id;
@@ -55,7 +54,8 @@ bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo
   copy_text(r->cursor, sizeof(r->cursor), cursor_);
   copy_text(r->subscriber, sizeof(r->subscriber), subscriber_);
   copy_text(r->state, sizeof(r->state), state_);
-  if (hub.presence_of(conn_id, &ids_, &sub_)) {
+  bool wants_events;
+  if (hub.engine().presence_of(conn_id, &ids_, &sub_, &wants_events)) {
     for (const auto &[id, name] : ids_)
       if (r->nstreams < shmem::kConnStreams)
         r->stream_ids[r->nstreams++] = id;
@@ -67,7 +67,6 @@ bool ConnRows::fill(const Hub &hub, uint64_t conn_id, const http::ConnectionInfo
 }
 
 bool ConnRows::rewrite(const Hub &hub, const http::Server &server) {
-  shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_];
   std::vector<http::ConnectionInfo> infos = server.connections();
   std::vector<shmem::ConnSnapshot> rows;
   rows.reserve(std::min(infos.size(), (size_t)capacity_));
@@ -90,11 +89,8 @@ bool ConnRows::rewrite(const Hub &hub, const http::Server &server) {
     rows.push_back(r);
   }
   // Room and rows first: nothing under the lock allocates.
-  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
-  if (!rows.empty())
-    memcpy(wc->items, rows.data(), rows.size() * sizeof(shmem::ConnSnapshot));
-  wc->count = count_ = (int)rows.size();
-  LWLockRelease(wc->lock);
+  count_ = (int)rows.size();
+  shmem::set_conn_rows(worker_, rows.data(), count_);
   passing_ = rewrite_ = false; // every row is fresh
   const bool moved = digest != digest_;
   digest_ = digest;
@@ -126,7 +122,7 @@ bool ConnRows::apply(const Hub &hub, const http::Server &server, const std::vect
         continue;
       }
       digest_at_[(size_t)to] = d;
-      ops_.push_back(Op{to, -1, (int)staged_.size()});
+      ops_.push_back(shmem::ConnRowMove{to, -1, (int)staged_.size()});
       staged_.push_back(r);
       if (staged_.size() >= (size_t)kSlice)
         flush(n);                    // staged rows bounded
@@ -138,7 +134,7 @@ bool ConnRows::apply(const Hub &hub, const http::Server &server, const std::vect
         id_at_[(size_t)at] = id_at_[(size_t)last];
         digest_at_[(size_t)at] = digest_at_[(size_t)last];
         index_[id_at_[(size_t)at]] = at;
-        ops_.push_back(Op{at, last, -1});
+        ops_.push_back(shmem::ConnRowMove{at, last, -1});
       }
       n--;
       moved = true;
@@ -153,14 +149,9 @@ bool ConnRows::apply(const Hub &hub, const http::Server &server, const std::vect
 void ConnRows::flush(int count) {
   if (ops_.empty() && count == count_)
     return;
-  shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_];
   // Planned by apply(): under the lock only copies, in order, and the count.
-  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
-  for (const Op &op : ops_)
-    memcpy(&wc->items[op.to], op.from >= 0 ? &wc->items[op.from] : &staged_[(size_t)op.staged],
-           sizeof(shmem::ConnSnapshot));
-  wc->count = count_ = count;
-  LWLockRelease(wc->lock);
+  shmem::move_conn_rows(worker_, ops_.data(), ops_.size(), staged_.data(), count);
+  count_ = count;
   ops_.clear();
   staged_.clear();
 }
@@ -175,7 +166,6 @@ bool ConnRows::update(Hub &hub, const http::Server &server) {
 void ConnRows::step(const Hub &hub, const http::Server &server) {
   if (!passing_)
     return;
-  shmem::WorkerConns *wc = &shmem::shared()->worker_conns[worker_];
   const int end = std::min(count_, next_ + kSlice);
   slice_.resize((size_t)kSlice);
   stale_.clear();
@@ -185,7 +175,7 @@ void ConnRows::step(const Hub &hub, const http::Server &server) {
     const uint64_t cid = id_at_[(size_t)i];
     shmem::ConnSnapshot &r = slice_[(size_t)(i - next_)];
     if (!server.connection(cid, &ci) || !fill(hub, cid, ci, &r)) {
-      r = wc->items[i]; // gone, or no longer described: removed below
+      r = shmem::own_conn_row(worker_, i); // gone, or no longer described: removed below
       stale_.push_back(cid);
       continue;
     }
@@ -196,11 +186,8 @@ void ConnRows::step(const Hub &hub, const http::Server &server) {
       digest_at_[(size_t)i] = d;
     }
   }
-  if (end > next_) {
-    LWLockAcquire(wc->lock, LW_EXCLUSIVE);
-    memcpy(&wc->items[next_], slice_.data(), (size_t)(end - next_) * sizeof(shmem::ConnSnapshot));
-    LWLockRelease(wc->lock);
-  }
+  if (end > next_)
+    shmem::put_conn_rows(worker_, next_, slice_.data(), end - next_);
   next_ = end;
   if (!stale_.empty())
     moved |= apply(hub, server, stale_);

@@ -14,7 +14,7 @@
 // delivery in flight waited out).
 #pragma once
 #include "http/server.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/conns.hpp"
 #include "worker/hub.hpp"
 
 #include <string>
@@ -65,12 +65,7 @@ private:
   std::unordered_map<uint64_t, int> index_;
   // A turn's changes: rows staged (at most kSlice) and the moves, applied in
   // order under the lock.
-  struct Op {
-    int to;
-    int from; // a row moved from there; -1: staged_[staged]
-    int staged;
-  };
-  std::vector<Op> ops_;
+  std::vector<shmem::ConnRowMove> ops_;
   std::vector<shmem::ConnSnapshot> staged_;
   std::vector<uint64_t> changed_, stale_;
   std::vector<shmem::ConnSnapshot> slice_;

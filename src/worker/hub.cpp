@@ -2,7 +2,10 @@
 #include "worker/hub.hpp"
 #include "settings/configs.hpp"
 #include "shmem/awaited.hpp"
+#include "shmem/conns.hpp"
 #include "shmem/disconnect.hpp"
+#include "shmem/figures.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/shared.hpp"
 #include "worker/standby.hpp"
 
@@ -74,86 +77,61 @@ void ShmemObserver::release_stream(void *stream) {
 
 bool ShmemObserver::streams_short() { return shmem::streams_short(); }
 
-bool ShmemObserver::ephemeral_forgotten() {
-  return pg_atomic_read_u32(&shmem::shared()->ephemeral_forgotten) != 0;
-}
+bool ShmemObserver::ephemeral_forgotten() { return shmem::ephemeral_forgotten(); }
 
 uint64_t ShmemObserver::ephemeral_seq(void *stream) {
   shmem::StreamEntry *e = entry(stream);
-  return e ? pg_atomic_read_u64(&e->ephemeral_seq) : 0;
+  return e ? shmem::ephemeral_seq(e) : 0;
 }
 
 void ShmemObserver::stream_figures(void *stream, const engine::StreamDelta &d) {
   shmem::StreamEntry *e = entry(stream);
   if (!e)
     return;
-  shmem::StreamStats *ss = &e->stats;
-  if (d.queued)
-    pg_atomic_fetch_add_u64(&ss->queued, d.queued);
-  if (d.overflow_dropped)
-    pg_atomic_fetch_add_u64(&ss->overflow_dropped, d.overflow_dropped);
-  if (d.bytes_queued)
-    pg_atomic_fetch_add_u64(&ss->bytes_queued, d.bytes_queued);
-  if (d.failed)
-    pg_atomic_fetch_add_u64(&ss->failed, d.failed);
-  if (d.latency_us >= 0)
-    shmem::record_latency(&ss->latency, (int64)GetCurrentTimestamp(), d.latency_us);
+  shmem::StreamAdds a;
+  a.queued = d.queued;
+  a.overflow_dropped = d.overflow_dropped;
+  a.bytes_queued = d.bytes_queued;
+  a.failed = d.failed;
+  a.latency_us = d.latency_us;
+  shmem::add_stream_figures(e, a, d.latency_us >= 0 ? (int64)GetCurrentTimestamp() : 0);
 }
 
 void ShmemObserver::subscribers(void *stream, int delta) {
-  if (shmem::StreamEntry *e = entry(stream)) {
-    if (delta > 0)
-      pg_atomic_fetch_add_u64(&e->stats.subscribers, (uint64)delta);
-    else
-      pg_atomic_fetch_sub_u64(&e->stats.subscribers, (uint64)-delta);
-  }
+  if (shmem::StreamEntry *e = entry(stream))
+    shmem::add_subscribers(e, delta);
 }
 
-namespace {
-// Sets or clears worker w's bit in one of a stream entry's worker masks (a
-// full barrier either way); false when the stream has no entry.
-bool set_worker_bit(void *stream, pg_atomic_uint32 shmem::StreamEntry::*mask, int w, bool on) {
+// Producers copy payloads into the ring for a stream only while some
+// worker's subscriber bit is set (shmem::watched_by_workers).
+void ShmemObserver::watched(void *stream, bool on) {
+  if (shmem::StreamEntry *e = entry(stream))
+    shmem::set_subscriber_bit(e, worker_index_, on);
+}
+
+// Producers wake this worker for a stream only while its wake bit is set
+// (shmem::wake_mask). Setting it is a full barrier, and the latch makes the
+// worker drain the ring after it, so a commit that missed the bit is still
+// picked up at once.
+void ShmemObserver::wake(void *stream, bool on) {
   shmem::StreamEntry *e = entry(stream);
   if (!e)
-    return false;
+    return;
+  shmem::set_wake_bit(e, worker_index_, on);
   if (on)
-    pg_atomic_fetch_or_u32(&(e->*mask), 1u << w);
-  else
-    pg_atomic_fetch_and_u32(&(e->*mask), ~(1u << w));
-  return true;
-}
-} // namespace
-
-// Producers copy payloads into the ring for a stream only while some bit is
-// set (StreamEntry::subscriber_workers).
-void ShmemObserver::watched(void *stream, bool on) {
-  set_worker_bit(stream, &shmem::StreamEntry::subscriber_workers, worker_index_, on);
-}
-
-// Producers wake this worker for a stream only while the bit is set (see
-// StreamEntry::wake_workers). Setting it is a full barrier, and the latch
-// makes the worker drain the ring after it, so a commit that missed the bit
-// is still picked up at once.
-void ShmemObserver::wake(void *stream, bool on) {
-  if (set_worker_bit(stream, &shmem::StreamEntry::wake_workers, worker_index_, on) && on)
     SetLatch(MyLatch);
 }
 
 void ShmemObserver::horizon(void *stream, int64_t horizon) {
-  shmem::StreamEntry *e = entry(stream);
-  if (!e)
-    return;
-  uint64 cur = pg_atomic_read_u64(&e->stats.horizon);
-  while ((int64_t)cur < horizon &&
-         !pg_atomic_compare_exchange_u64(&e->stats.horizon, &cur, (uint64)horizon)) {
-  }
+  if (shmem::StreamEntry *e = entry(stream))
+    shmem::raise_stream_horizon(e, horizon);
 }
 
 // Counted on the stream's entry also when this worker holds none (a stream
 // nobody here watches, or dormant): by key, if the entry exists.
 void ShmemObserver::retention_removed(int64_t stream_id, void *stream, int64_t rows) {
   auto add = [](shmem::StreamEntry *e, void *n) {
-    pg_atomic_fetch_add_u64(&e->stats.retention_removed, *static_cast<uint64 *>(n));
+    shmem::add_retention_removed(e, *static_cast<uint64 *>(n));
   };
   uint64 n = (uint64)rows;
   if (shmem::StreamEntry *e = entry(stream))
@@ -176,12 +154,12 @@ bool ShmemObserver::awaited(const std::string &name, bool on) {
 Hub::Hub(http::Server &server, uint32_t dboid, int worker_index)
     : server_(server), dboid_(dboid), worker_index_(worker_index), sink_(server),
       obs_(dboid, worker_index), engine_(engine_config(), rows_, sink_, obs_), reader_(dboid) {
-  changed_max_ = (size_t)std::max(shmem::shared()->worker_conns[worker_index_].capacity, 64);
+  changed_max_ = (size_t)std::max(shmem::conn_rows_capacity(worker_index_), 64);
   shmem::clear_subscriber_bits(worker_index_); // left by a previous process in this slot
   shmem::clear_awaited(worker_index_);
   shmem::disconnect_worker_start(worker_index_); // nothing posted before concerns it
   reader_.start();
-  pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  shmem::publish_ring_position(worker_index_, reader_.position());
   rows_.set_stats_table(settings::current().stats_table);
 }
 
@@ -251,7 +229,7 @@ void Hub::cycle(bool full) {
       shmem::release_stream(entries_[k], worker_index_);
   events_.clear();
   const bool complete = reader_.drain(&events_);
-  pg_atomic_write_u64(&shmem::shared()->worker_ring_pos[worker_index_], reader_.position());
+  shmem::publish_ring_position(worker_index_, reader_.position());
   engine_.round(events_, complete, bounds_);
   // Only rows a live subscription took keep the ring on a timer: a worker
   // whose connections all page is woken for its sockets, not polled.
@@ -323,21 +301,19 @@ void Hub::end_connections() {
 }
 
 void Hub::presence_round() {
-  shmem::Shared *s = shmem::shared();
-  const uint32 bit = 1u << worker_index_;
   if (presence_.empty()) {
     if (presence_bit_)
-      pg_atomic_fetch_and_u32(&s->presence_workers, ~bit);
+      shmem::watch_presence(worker_index_, false);
     presence_bit_ = false;
     return;
   }
   bool force = false;
   if (!presence_bit_) {
-    pg_atomic_fetch_or_u32(&s->presence_workers, bit); // full barrier: before gen is read
+    shmem::watch_presence(worker_index_, true); // full barrier: before gen is read
     presence_bit_ = true;
     force = true;
   }
-  const uint64 gen = pg_atomic_read_u64(&s->presence_gen);
+  const uint64 gen = shmem::presence_generation();
   if (!force && gen == presence_seen_ && !presence_.pending())
     return;
   presence_seen_ = gen;
@@ -363,20 +339,20 @@ struct FigureRead {
 void read_figures(shmem::StreamEntry *e, void *arg) {
   const FigureRead *r = static_cast<const FigureRead *>(arg);
   metrics::StreamFigures *f = r->f;
-  shmem::StreamStats *ss = &e->stats;
-  f->subscribers = (int64_t)pg_atomic_read_u64(&ss->subscribers);
-  f->emitted = (int64_t)pg_atomic_read_u64(&e->events);
-  f->queued = (int64_t)pg_atomic_read_u64(&ss->queued);
-  f->overflow_dropped = (int64_t)pg_atomic_read_u64(&ss->overflow_dropped);
-  f->failed = (int64_t)pg_atomic_read_u64(&ss->failed);
-  f->bytes_queued = (int64_t)pg_atomic_read_u64(&ss->bytes_queued);
-  f->newest_id = (int64_t)pg_atomic_read_u64(&e->max_committed);
-  f->has_latency =
-      shmem::latency_percentiles(&ss->latency, r->now_pg, &f->latency_p50_ms, &f->latency_p99_ms);
-  uint64 buckets[shmem::kLatencyBuckets];
-  shmem::latency_totals(&ss->latency, buckets);
+  shmem::StreamFigures g;
+  shmem::read_stream_figures(e, r->now_pg, &g);
+  f->subscribers = g.subscribers;
+  f->emitted = g.events;
+  f->queued = g.queued;
+  f->overflow_dropped = g.overflow_dropped;
+  f->failed = g.failed;
+  f->bytes_queued = g.bytes_queued;
+  f->newest_id = g.max_committed;
+  f->has_latency = g.has_latency;
+  f->latency_p50_ms = g.latency_p50_ms;
+  f->latency_p99_ms = g.latency_p99_ms;
   for (int b = 0; b < metrics::kLatencyBuckets; b++)
-    f->latency_buckets[b] = buckets[b];
+    f->latency_buckets[b] = g.latency_totals[b];
 }
 
 } // namespace

@@ -73,10 +73,13 @@ public:
   ~Hub();
 
   void configure(); // after SIGHUP
-  // Keys subscribe() verifies credentials with (start, SIGHUP).
-  void configure_auth(const auth::Secrets &s) { engine_.configure_auth(s); }
-  // Rules of visible_to labels (owned by the caller; none: labelled messages reach no one).
-  void set_audiences(auth::Audiences *a) { engine_.set_audiences(a); }
+  // The engine, for what the hub adds nothing to: credentials' keys
+  // (configure_auth), audience rules, paging, written-position tracking,
+  // cursor and history flushes, retention, the counters, and what a
+  // connection row shows (describe, presence_of). What the hub wraps
+  // (subscribe, closed, cycle, prune_history, ...) goes through it.
+  engine::Engine &engine() { return engine_; }
+  const engine::Engine &engine() const { return engine_; }
   // Loads the stream catalog; call at start and when the catalog version moves.
   void reload_catalog();
   // One wake-up: horizon bounds, ring drain, dispatch, horizon advance.
@@ -96,36 +99,21 @@ public:
   // possibly more than once), swapped into *out. False when more were named
   // than a worker has rows (the list is bounded): then every row is rewritten.
   bool take_changed(std::vector<uint64_t> *out);
-  bool presence_of(uint64_t conn_id, std::vector<std::pair<int64_t, std::string>> *streams,
-                   std::optional<std::string> *sub) const {
-    bool wants;
-    return engine_.presence_of(conn_id, streams, sub, &wants);
-  }
   // Presence events for this worker's ?presence=1 connections, when any
   // worker's connections changed (presence_gen) or snapshots are owed.
   void presence_round();
   // Connections whose credential expired end (pgbus:shutdown, reason
   // credential_expired); then those pgbus_stream.disconnect() asked for.
   void end_connections();
-  bool continue_replays() { return engine_.continue_paging(); }
-  bool replays_pending() const { return engine_.paging_pending(); }
   // Longest wait before the next cycle (-1: until woken; RingReader::after_drain).
   long ring_poll_ms() const { return ring_poll_ms_; }
-  long release_check_ms() const { return engine_.release_check_ms(); }
-  void track_written() { engine_.track_written(); }
-  void flush_cursors() { engine_.flush_cursors(); }
-  void apply_retention() { engine_.apply_retention(); }
-  void flush_history() { engine_.flush_history(); }
+  // History older than stats_max_age, when the stats table is on.
   void prune_history();
+  // Whether the catalog can be read (/healthz): a query of the row source.
   bool probe() { return rows_.probe(); }
   // Per-stream figures for /metrics and /stats.json (no PostgreSQL calls);
   // private streams only with include_private.
   void fill_snapshot(metrics::Snapshot *out, bool include_private) const;
-  const engine::Counters &counters() const { return engine_.counters(); }
-  bool describe(uint64_t conn_id, std::string *streams, std::string *cursor,
-                std::string *subscriber, std::string *state) const {
-    return engine_.describe(conn_id, streams, cursor, subscriber, state);
-  }
 
 private:
   http::Server &server_;

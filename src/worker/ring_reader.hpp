@@ -29,7 +29,7 @@ public:
   // returns how long worker `worker` may sleep before the next drain (-1:
   // until its latch is set). Eight drains in a row that found events within
   // 0.5 ms of the previous one switch to reading the ring every millisecond,
-  // with producers told not to wake it (Shared::worker_polling); a drain
+  // with producers told not to wake it (shmem::set_ring_polling); a drain
   // that finds nothing switches back.
   long after_drain(int worker, size_t found, int64_t now_us);
 

@@ -4,7 +4,8 @@
 #include "core/metrics.hpp"
 #include "http/status_page.hpp"
 #include "settings/configs.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/figures.hpp"
+#include "shmem/ring.hpp"
 
 extern "C" {
 #include "postgres.h"
@@ -17,19 +18,16 @@ namespace {
 
 metrics::Snapshot snapshot(const Hub &hub, int worker_index, bool database_ok) {
   metrics::Snapshot s;
-  shmem::Shared *sh = shmem::shared();
   s.now_us = (int64)GetCurrentTimestamp() +
              (int64)(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
   s.worker = worker_index;
-  for (int i = 0; i < shmem::kMaxWorkers; i++)
-    if (pg_atomic_read_u32(&sh->worker_pid[i]) != 0)
-      s.connections += (int64_t)pg_atomic_read_u64(&sh->worker_stats[i].connections);
-  const engine::Counters &c = hub.counters();
+  s.connections = (int64_t)shmem::node_connections();
+  const engine::Counters &c = hub.engine().counters();
   s.queued = c.queued;
   s.overflow_dropped = c.overflow_dropped;
   s.catch_ups = c.catch_ups;
   s.rows_read = c.rows_read;
-  s.ring_overflows = pg_atomic_read_u64(&sh->ring_overflows);
+  s.ring_overflows = shmem::ring_overflows();
   s.database_ok = database_ok;
   // Without admin_token every client of these routes is anonymous: private
   // streams stay out of them.

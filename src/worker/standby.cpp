@@ -1,7 +1,7 @@
 // The worker's side of the standby floor table (see standby.hpp).
 #include "worker/standby.hpp"
 #include "pg/guard.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/standby.hpp"
 
 extern "C" {
@@ -27,8 +27,7 @@ constexpr int64 kCommittedGraceUs = 1000000;
 } // namespace
 
 bool sweep_standby_floors() {
-  shmem::StandbyFloors *f = shmem::standby_floors();
-  if (pg_atomic_read_u32(&f->used) == 0 && !TransactionIdIsValid(f->overflow_xid))
+  if (!shmem::standby_floors_held())
     return false;
   static std::vector<shmem::FloorXid> held;
   TransactionId overflow = InvalidTransactionId;
@@ -63,13 +62,10 @@ bool sweep_standby_floors() {
       changed = true;
     }
   }
-  shmem::Shared *s = shmem::shared();
   if (lost)
-    pg_atomic_fetch_add_u64(&s->overrun_seq, 1);
+    shmem::ring_incomplete();
   if (changed) // horizons may move: every worker looks
-    for (int i = 0; i < shmem::kMaxWorkers; i++)
-      if (Latch *l = s->worker_latch[i])
-        SetLatch(l);
+    shmem::wake_all_workers();
   return true;
 }
 

@@ -3,7 +3,7 @@
 #include "capture/wal.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
-#include "shmem/shared.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/standby.hpp"
 
 extern "C" {
@@ -68,18 +68,10 @@ struct Reader {
 };
 Reader rd;
 
-shmem::StandbyFloors *floors() { return shmem::standby_floors(); }
+void wake_workers() { shmem::wake_all_workers(); }
 
-void wake_workers() {
-  shmem::Shared *s = shmem::shared();
-  pg_memory_barrier();
-  for (int i = 0; i < shmem::kMaxWorkers; i++)
-    if (Latch *l = s->worker_latch[i])
-      SetLatch(l);
-}
-
-void set_phase(uint32 phase) {
-  pg_atomic_write_u32(&floors()->reader, phase);
+void set_phase(shmem::ReaderPhase phase) {
+  shmem::set_standby_reader_phase(phase);
   wake_workers(); // horizons may move
 }
 
@@ -131,7 +123,7 @@ void apply(XLogReaderState *xr, bool to_ring) {
   if (m->message_size > len - SizeOfLogicalMessage - plen ||
       !wal::apply_message(m->message + plen, m->message_size, to_ring)) {
     rd.malformed++;
-    pg_atomic_fetch_add_u64(&shmem::shared()->overrun_seq, 1); // the tables are the truth
+    shmem::ring_incomplete(); // the tables are the truth
   }
 }
 
@@ -233,7 +225,7 @@ Stop read_records(XLogRecPtr stop_at, bool to_ring) {
         apply(xr, to_ring);
       bytes += xr->EndRecPtr - xr->ReadRecPtr;
       rd.next = xr->EndRecPtr;
-      pg_atomic_write_u64(&floors()->read_lsn, rd.next);
+      shmem::set_standby_read_lsn(rd.next);
     }
     MemoryContextSwitchTo(old);
   });
@@ -255,11 +247,11 @@ void restart_at_replay(const std::string &why) {
   });
   TransactionIdRetreat(newest);
   shmem::standby_hold_until(newest);
-  pg_atomic_fetch_add_u64(&shmem::shared()->overrun_seq, 1);
+  shmem::ring_incomplete();
   rd.next = replay;
   rd.find = false;
   allocate();
-  if (pg_atomic_read_u32(&floors()->reader) == shmem::kReaderCatchingUp)
+  if (shmem::standby_reader_phase() == shmem::kReaderCatchingUp)
     set_phase(shmem::kReaderLive);
   else
     wake_workers();
@@ -268,9 +260,8 @@ void restart_at_replay(const std::string &why) {
 } // namespace
 
 void wal_reader_start() {
-  shmem::StandbyFloors *f = floors();
-  const uint32 phase = pg_atomic_read_u32(&f->reader);
-  const XLogRecPtr read_lsn = pg_atomic_read_u64(&f->read_lsn);
+  const shmem::ReaderPhase phase = shmem::standby_reader_phase();
+  const XLogRecPtr read_lsn = shmem::standby_read_lsn();
   const bool recovery = RecoveryInProgress();
   if (phase == shmem::kReaderDone || (!recovery && read_lsn == 0)) {
     // A primary (or a node promoted before this worker first ran): its own
@@ -309,7 +300,6 @@ int wal_reader_fd() { return rd.active ? rd.notify_fd : -1; }
 long wal_reader_pump() {
   if (!rd.active)
     return -1;
-  shmem::StandbyFloors *f = floors();
   const int64 now_us = (int64)GetCurrentTimestamp();
   if (wal_written())
     rd.busy_until_us = now_us + kBusyWindowUs;
@@ -325,7 +315,7 @@ long wal_reader_pump() {
     // Once recovery has ended, the replay position stays at the end of the
     // last record replayed: what follows is this node's own.
     const XLogRecPtr stop_at = recovery ? InvalidXLogRecPtr : replay;
-    const bool catching_up = pg_atomic_read_u32(&f->reader) == shmem::kReaderCatchingUp;
+    const bool catching_up = shmem::standby_reader_phase() == shmem::kReaderCatchingUp;
     rd.malformed = 0;
     // While catching up the commits read are in the tables already (and
     // workers started after them): they raise the maxima and clear floors,
@@ -345,7 +335,7 @@ long wal_reader_pump() {
     if (why == Stop::Budget)
       return 0; // more to read: come back at once
     if (catching_up) {
-      pg_atomic_fetch_add_u64(&shmem::shared()->overrun_seq, 1);
+      shmem::ring_incomplete();
       set_phase(shmem::kReaderLive);
     }
     const bool busy = replay != rd.last_replay ||

@@ -8,6 +8,9 @@
 #include "pg/compat.hpp"
 #include "pg/spi.hpp"
 #include "settings/configs.hpp"
+#include "shmem/conns.hpp"
+#include "shmem/figures.hpp"
+#include "shmem/ring.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/standby.hpp"
 #include "worker/audience_rules.hpp"
@@ -60,19 +63,7 @@ void on_sigterm(SIGNAL_ARGS) {
   errno = save_errno;
 }
 
-void detach_latch(int, Datum) {
-  shmem::Shared *s = shmem::shared();
-  s->worker_latch[worker_index] = nullptr;
-  pg_atomic_write_u32(&s->worker_pid[worker_index], 0);
-  shmem::reset_connection_places(worker_index); // its sockets close with the process
-  shmem::WorkerConns *wc = &s->worker_conns[worker_index];
-  LWLockAcquire(wc->lock, LW_EXCLUSIVE);
-  wc->count = 0;
-  LWLockRelease(wc->lock);
-  // Its connections are gone: the other workers' presence watchers see them leave.
-  pg_atomic_fetch_and_u32(&s->presence_workers, ~(1u << worker_index));
-  shmem::presence_changed(worker_index);
-}
+void detach_latch(int, Datum) { shmem::worker_detach(worker_index); }
 
 // The same warning every round (a table that stays broken, a database
 // without the extension) is logged once a minute with the count of repeats.
@@ -156,14 +147,15 @@ http::Config http_config() {
 }
 
 void publish_stats(const Hub &hub, const http::Server &server) {
-  shmem::WorkerStats *ws = &shmem::shared()->worker_stats[worker_index];
-  const engine::Counters &c = hub.counters();
-  pg_atomic_write_u64(&ws->connections, server.connection_count());
-  pg_atomic_write_u64(&ws->queued, c.queued);
-  pg_atomic_write_u64(&ws->overflow_dropped, c.overflow_dropped);
-  pg_atomic_write_u64(&ws->catch_ups, c.catch_ups);
-  pg_atomic_write_u64(&ws->events_read, c.events);
-  pg_atomic_write_u64(&ws->held_back, c.held_back);
+  const engine::Counters &c = hub.engine().counters();
+  shmem::WorkerFigures f;
+  f.connections = server.connection_count();
+  f.queued = c.queued;
+  f.overflow_dropped = c.overflow_dropped;
+  f.catch_ups = c.catch_ups;
+  f.events_read = c.events;
+  f.held_back = c.held_back;
+  shmem::publish_worker_figures(worker_index, f);
 }
 
 bool database_ok = true; // the last probe's answer (for /healthz)
@@ -177,7 +169,7 @@ class AudienceRules {
 public:
   auth::Audiences audiences{evaluate_audience_rule};
   void refresh() {
-    const uint64 v = pg_atomic_read_u64(&shmem::shared()->catalog_version);
+    const uint64 v = shmem::catalog_version();
     if (v == version_)
       return;
     version_ = v;
@@ -301,9 +293,7 @@ void Loop::add_tasks() {
   // while any are held, unless the WAL reader is still catching up.
   if (worker_index == 0)
     wake_tasks_.add("standby floor sweep", every(100), [this] { sweep_floors(); })
-        .when([] {
-          return pg_atomic_read_u32(&shmem::standby_floors()->reader) != shmem::kReaderCatchingUp;
-        })
+        .when([] { return shmem::standby_reader_phase() != shmem::kReaderCatchingUp; })
         .wakes([this] { return floors_held_; });
   if (!listening_)
     return; // no connections: nothing to store, probe, prune or publish
@@ -341,12 +331,12 @@ void Loop::sweep_floors() {
 
 // Subscriber cursors and history rows (a failed store is kept for the next).
 void Loop::store() {
-  hub_.flush_cursors();
-  hub_.flush_history();
+  hub_.engine().flush_cursors();
+  hub_.engine().flush_history();
 }
 
 void Loop::retain() {
-  hub_.apply_retention();
+  hub_.engine().apply_retention();
   if (cfg_.stats_enabled) // no history kept, none to prune
     hub_.prune_history();
 }
@@ -388,7 +378,7 @@ long Loop::next_wait_ms() const {
   if (replays_pending_)
     timeout = earliest(timeout, 5); // paged replays wait for their connection's queue to drain
   // Streams left by their last connection here go dormant after their linger.
-  timeout = earliest(timeout, hub_.release_check_ms());
+  timeout = earliest(timeout, hub_.engine().release_check_ms());
   timeout = earliest(timeout, wake_tasks_.wait_ms());
   // Replay wakes nobody: its position is looked at on a timer while WAL arrives.
   timeout = earliest(timeout, wal_poll_ms_);
@@ -428,7 +418,7 @@ void Loop::reload() {
   settings::load();
   server_.reconfigure(http_config());
   hub_.configure();
-  hub_.configure_auth(settings::secrets(cfg_));
+  hub_.engine().configure_auth(settings::secrets(cfg_));
 }
 
 // Write pacing: a write round costs about one send per connection with
@@ -469,7 +459,7 @@ void Loop::io_round(int64 start_us) {
   hub_.end_connections(); // expired credentials, disconnect()
   if (!listening_)
     return;
-  guarded([&] { replays_pending_ = hub_.continue_replays(); });
+  guarded([&] { replays_pending_ = hub_.engine().continue_paging(); });
   // Requests are read by MHD while it runs; a request read by the last
   // run() of a round is decided in the next round of this loop, not after
   // the next wake-up.
@@ -480,15 +470,15 @@ void Loop::io_round(int64 start_us) {
       break;
   }
   pace_after(start_us);
-  replays_pending_ = hub_.replays_pending();
-  hub_.track_written();
+  replays_pending_ = hub_.engine().paging_pending();
+  hub_.engine().track_written();
   heap_.observe(server_.connection_count());
 }
 
 void Loop::record_closed() {
   for (auto &[cid, reason] : server_.take_closed()) {
     std::string streams, cursor, subscriber, state;
-    if (hub_.describe(cid, &streams, &cursor, &subscriber, &state))
+    if (hub_.engine().describe(cid, &streams, &cursor, &subscriber, &state))
       shmem::record_diagnostic(worker_index, cid, reason == "overflow" ? "evicted" : "closed",
                                streams.c_str(), ("reason=" + reason + " cursor=" + cursor).c_str());
     hub_.closed(cid);
@@ -533,9 +523,9 @@ int run() {
     return 1;
   }
   Hub hub(server, MyDatabaseId, worker_index);
-  hub.configure_auth(settings::secrets(cfg));
+  hub.engine().configure_auth(settings::secrets(cfg));
   AudienceRules audiences;
-  hub.set_audiences(&audiences.audiences);
+  hub.engine().set_audiences(&audiences.audiences);
   hub.reload_catalog();
   if (listening)
     register_routes(server, hub, worker_index, &database_ok);
@@ -550,12 +540,12 @@ int run() {
     pg::call([] { SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE); });
   } catch (const pg::Error &) {
   }
-  hub.track_written();
+  hub.engine().track_written();
   if (listening)
     server.shutdown(settings::intervals(cfg).shutdown_drain_ms);
   try {
     if (!in_recovery())
-      hub.flush_cursors(); // what reached the sockets before the stop
+      hub.engine().flush_cursors(); // what reached the sockets before the stop
   } catch (const pg::Error &e) {
     pg::warn(std::string("could not store subscriber cursors: ") + e.what());
   }
@@ -576,10 +566,7 @@ void pgbus_stream_worker_main(Datum arg) {
   // (docs/ARCHITECTURE.md, "Whose rights"); a reload of postgresql.conf
   // does not override it.
   SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-  shmem::Shared *s = shmem::shared();
-  s->worker_latch[worker::worker_index] = MyLatch;
-  pg_atomic_write_u32(&s->worker_pid[worker::worker_index], (uint32)MyProcPid);
-  shmem::reset_connection_places(worker::worker_index); // left by a previous process
+  shmem::worker_attach(worker::worker_index, MyLatch, MyProcPid);
   before_shmem_exit(worker::detach_latch, 0);
 
   char message[512];
