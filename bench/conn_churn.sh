@@ -9,6 +9,10 @@
 #
 #   PG_CONFIG=... bench/conn_churn.sh [--conns N] [--rounds K] [--ramp-batch B] [--close-rate R]
 #
+# PERF_EVENTS (a perf event, e.g. a uprobe on http::Server::tick(), once
+# per turn of the worker's loop): counted in the worker over each round,
+# reported as perf_count.
+#
 # One process holds at most the hard open files limit (20 000 here);
 # sse_load raises its soft limit to it. Needs pgbus_stream installed
 # (make install) and jq.
@@ -78,6 +82,12 @@ for round in $(seq "$ROUNDS"); do
   wait_still
   ready=$TMP/ready.$round
   c0=$(cpu)
+  perf_pid=""
+  if [ -n "${PERF_EVENTS:-}" ]; then
+    perf stat -x, -e "$PERF_EVENTS" -p "$PID" -o "$TMP/perf.$round" &
+    perf_pid=$!
+    BG+=("$perf_pid")
+  fi
   "$HERE/bench/bin/sse_load" --port "$HTTPPORT" --path /streams/churn --conns "$CONNS" \
     --src-addrs "$SRCS" --ready-event pgbus:connected --ready-file "$ready" --warmup 0 \
     --ramp-batch "$BATCH" --ramp-timeout 300 --duration 1 --close-rate "$RATE" \
@@ -92,9 +102,15 @@ for round in $(seq "$ROUNDS"); do
   wait_rows 0 120
   wait_still
   c2=$(cpu)
-  jq -nc --argjson r "$round" --argjson n "$CONNS" --argjson c "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')" \
+  count=null
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid" 2>/dev/null
+    wait "$perf_pid" 2>/dev/null || true
+    count=$(awk -F, '!/^#/ && NF > 2 { print $1; exit }' "$TMP/perf.$round")
+  fi
+  jq -nc --argjson r "$round" --argjson n "$CONNS" --argjson p "${count:-null}" --argjson c "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')" \
     --argjson d "$(awk -v a="$c1" -v b="$c2" 'BEGIN { printf "%.2f", b - a }')" \
-    '{round: $r, conns: $n, connect_cpu_s: $c, close_cpu_s: $d}' | tee -a "$TMP/rounds.jsonl"
+    '{round: $r, conns: $n, connect_cpu_s: $c, close_cpu_s: $d, perf_count: $p}' | tee -a "$TMP/rounds.jsonl"
 done
 jq -sc '{conns: .[0].conns, rounds: length,
   connect_cpu_s_median: (map(.connect_cpu_s) | sort | .[(length - 1) / 2 | floor]),

@@ -8,7 +8,9 @@
 #
 # Results: bench/results/<timestamp>/ (*.json per scenario, summary.json,
 # results.md, throughput.png, latency.png). Everything it starts is stopped on
-# exit; the throwaway cluster and peer state live in bench/.tmp.
+# exit; the throwaway cluster and peer state live in bench/.tmp. PERF_EVENTS:
+# perf events counted in the pgbus_stream workers during each measured run
+# (raw/<name>.perf), e.g. a uprobe on http::Server::tick(), once per turn.
 set -euo pipefail
 
 BENCH=$(cd "$(dirname "$0")" && pwd)
@@ -662,6 +664,14 @@ run_load() {
     start_sampler "$TMP/$name.peakmem" $mem_pids
     t0=$(sys_ticks "$sys")
     [ "$sys" = pgbus ] && w0=$(pids_ticks $PGBUS_WORKER_PIDS)
+    # PERF_EVENTS (e.g. a uprobe on the worker's turn): counted in the
+    # workers for the measured window, into raw/<name>.perf
+    local perf_pid=""
+    if [ "$sys" = pgbus ] && [ -n "${PERF_EVENTS:-}" ]; then
+        perf stat -x, -e "$PERF_EVENTS" -p "$(echo $PGBUS_WORKER_PIDS | tr ' ' ,)" -o "$RAW/$name.perf" &
+        perf_pid=$!
+        BG_PIDS+=("$perf_pid")
+    fi
     t_wall0=$(date +%s.%N)
     if [ "$sys" = nchan ]; then
         "$PUBLISHER" --target nchan --host 127.0.0.1 --port "$NCHAN_PORT" --pub-path '/pub/{s}' --stream bench --streams "$streams" --stream-prefix bench_ \
@@ -679,6 +689,10 @@ run_load() {
     t1=$(sys_ticks "$sys")
     [ "$sys" = pgbus ] && w1=$(pids_ticks $PGBUS_WORKER_PIDS)
     t_wall1=$(date +%s.%N)
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" 2>/dev/null; wait "$perf_pid" 2>/dev/null || true
+        bg_forget "$perf_pid"
+    fi
     stop_sampler
     local mem_end stalled_extra=()
     # shellcheck disable=SC2086

@@ -225,6 +225,7 @@ private:
   void update_rows();
   long next_wait_ms() const;
   void wait_for_work();
+  void sleep_paused(long timeout);
   void take_news();
   void reload();
   bool paced(int64 now_us);
@@ -240,6 +241,7 @@ private:
   AudienceRules &audiences_;
   const bool listening_;
   WaitEventSet *wes_ = nullptr;
+  WaitEventSet *pause_wes_ = nullptr; // the latch and postmaster death only (sleep_paused())
   // On a hot standby nothing is written (cursors, history, retention) until
   // it is promoted; the worker goes on serving across the promotion.
   bool standby_;
@@ -271,6 +273,9 @@ Loop::Loop(const settings::Settings &cfg, http::Server &server, Hub &hub, Audien
       AddWaitEventToSet(wes_, WL_SOCKET_READABLE, fd, nullptr, nullptr);
     if (wal_fd >= 0)
       AddWaitEventToSet(wes_, WL_SOCKET_READABLE, wal_fd, nullptr, nullptr);
+    pause_wes_ = pg::create_session_wait_event_set(2);
+    AddWaitEventToSet(pause_wes_, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(pause_wes_, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
   });
   standby_ = in_recovery();
   pg::log("worker " + std::to_string(worker_index) + " listening on port " +
@@ -389,10 +394,37 @@ long Loop::next_wait_ms() const {
 
 void Loop::wait_for_work() {
   const long timeout = next_wait_ms();
+  if (defer_ms_ >= 0)
+    return sleep_paused(timeout);
   WaitEvent events[4];
   pg::call([&] {
     (void)WaitEventSetWait(wes_, timeout, events, 4, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
+  });
+}
+
+// The pause of paced writes is slept through. Libmicrohttpd does not run
+// during a paced turn, so a ready listener (connections to accept, sockets
+// closing, requests) would stay ready and turn the pause into a spin of
+// paced turns: the pause waits on the latch and postmaster death only, and
+// the round after it serves the sockets. WAL written meanwhile (the WAL
+// watch, worker 0 on a standby) waits for the end of the pause like the
+// ring's commits. A latch set by a commit, or by anything else the next turn
+// takes in anyway, does not end the pause either (at a commit per wake-up
+// it would be a spin too); SIGTERM, SIGHUP and a pending interrupt do.
+void Loop::sleep_paused(long timeout) {
+  pg::call([&] {
+    const TimestampTz until = GetCurrentTimestamp() + (TimestampTz)timeout * 1000;
+    long left = timeout;
+    WaitEvent event;
+    while (WaitEventSetWait(pause_wes_, left, &event, 1, PG_WAIT_EXTENSION) > 0) {
+      ResetLatch(MyLatch);
+      if (got_sigterm || ConfigReloadPending || InterruptPending)
+        return;
+      left = (long)((until - GetCurrentTimestamp() + 999) / 1000);
+      if (left <= 0)
+        return;
+    }
   });
 }
 
