@@ -13,6 +13,7 @@ extern "C" {
 
 #include "pg/echo.hpp"
 #include "pg/guard.hpp"
+#include "pg/compat.hpp"
 
 namespace {
 
