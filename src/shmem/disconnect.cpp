@@ -2,6 +2,7 @@
 #include "shmem/disconnect.hpp"
 #define PGBS_SHMEM_LAYOUT // src/shmem: the layout is ours
 #include "shmem/layout.hpp"
+#include "shmem/ring.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -44,13 +45,6 @@ uint64 oldest_unhandled(uint64 posted) {
         oldest = d + 1;
     }
   return oldest;
-}
-
-void wake_workers() {
-  Shared *s = shared();
-  for (int w = 0; w < kMaxWorkers; w++)
-    if (Latch *l = s->worker_latch[w])
-      SetLatch(l);
 }
 
 void nap() {
@@ -100,10 +94,10 @@ int64 disconnect_post(uint64 conn_id, const char *sub, int timeout_ms, bool *lat
       ereport(ERROR, (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
                       errmsg("pgbus_stream: the workers did not take the disconnect request"),
                       errhint("Too many disconnect() calls wait for the workers; retry.")));
-    wake_workers();
+    wake_all_workers();
     nap();
   }
-  wake_workers();
+  wake_all_workers();
   *late = false;
   while (oldest_unhandled(seq) <= seq) {
     if (GetCurrentTimestamp() >= deadline) {

@@ -68,11 +68,9 @@ struct Reader {
 };
 Reader rd;
 
-void wake_workers() { shmem::wake_all_workers(); }
-
 void set_phase(shmem::ReaderPhase phase) {
   shmem::set_standby_reader_phase(phase);
-  wake_workers(); // horizons may move
+  shmem::wake_all_workers(); // horizons may move
 }
 
 void allocate() {
@@ -254,7 +252,7 @@ void restart_at_replay(const std::string &why) {
   if (shmem::standby_reader_phase() == shmem::kReaderCatchingUp)
     set_phase(shmem::kReaderLive);
   else
-    wake_workers();
+    shmem::wake_all_workers();
 }
 
 } // namespace
